@@ -1,0 +1,1 @@
+"""Python side of the k0s external-etcd sandbox: topology, inventory, CLI."""

@@ -1,0 +1,87 @@
+"""Turn a :class:`~sandboxlib.topology.Topology` into Ansible inventory data.
+
+Used by the inventory plugin (``plugins/inventory/sandbox_topology.py``), by the CLI and,
+through ``scripts/sandbox inventory --json``, by the Vagrantfile, so that every entry point
+sees the same hosts, groups and variables.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .topology import BACKENDS, Topology, TopologyError
+
+SSH_OPTS = ("-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+            "-o LogLevel=ERROR -o ConnectTimeout=10")
+
+
+def selected_backend(explicit: str | None = None) -> str:
+    backend = explicit or os.environ.get("SANDBOX_BACKEND") or "podman"
+    if backend not in BACKENDS:
+        raise TopologyError(f"backend: unknown backend '{backend}'; use "
+                            f"{' or '.join(BACKENDS)} (SANDBOX_BACKEND or --backend)")
+    return backend
+
+
+def vagrant_key(topo: Topology, node: str) -> str:
+    """The per-machine key Vagrant made, else Vagrant's insecure key."""
+    root = Path(os.environ.get("VAGRANT_DOTFILE_PATH", topo.path.parents[1] / ".vagrant"))
+    for provider in ("libvirt", "virtualbox"):
+        key = root / "machines" / node / provider / "private_key"
+        if key.is_file():
+            return str(key)
+    return str(Path.home() / ".vagrant.d" / "insecure_private_key")
+
+
+def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
+    """Inventory as {'hosts': {name: vars}, 'groups': {group: [names]}, 'vars': {...}}."""
+    backend = selected_backend(backend)
+    if backend not in topo.networks:
+        raise TopologyError(f"networks.{backend}: topology '{topo.name}' has no {backend} "
+                            f"network; add one under networks")
+    state = topo.state_dir
+    hosts: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[str]] = {"etcd": [], "k0s_controller": [], "lb": []}
+    tenant_of = {c: t.name for t in topo.tenants for c in t.controllers}
+    for node in topo.nodes:
+        hv: dict[str, Any] = {
+            "ansible_host": node.address(backend),
+            "node_address": node.address(backend),
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_ssh_common_args": SSH_OPTS,
+        }
+        if backend == "podman":
+            hv.update(ansible_user="root",
+                      ansible_ssh_private_key_file=str(state / "ssh" / "id_ed25519"),
+                      sandbox_container=topo.container_name(node))
+        else:
+            hv.update(ansible_user="vagrant", ansible_become=True,
+                      ansible_ssh_private_key_file=vagrant_key(topo, node.name))
+        if node.name in tenant_of:
+            hv["k0s_tenant"] = tenant_of[node.name]
+        hv.update(node.vars)
+        hosts[node.name] = hv
+        for g in node.groups:
+            groups[g].append(node.name)
+    for t in topo.tenants:
+        groups[f"tenant_{t.name.replace('-', '_')}"] = list(t.controllers)
+    net = topo.networks[backend]
+    allvars: dict[str, Any] = {
+        "sandbox_name": topo.name,
+        "sandbox_backend": backend,
+        "sandbox_state_dir": str(state),
+        "sandbox_topology_file": str(topo.path),
+        "sandbox_network": {"name": topo.network_name(), "subnet": str(net),
+                            "gateway": str(net.network_address + 1)},
+        "sandbox_nodes": [{"name": n.name, "container": topo.container_name(n),
+                           "address": n.address(backend), "groups": list(n.groups)}
+                          for n in topo.nodes],
+        "etcd_tls": topo.tls,
+        "k0s_tenants": [{"name": t.name, "prefix": t.prefix, "controllers": list(t.controllers),
+                         **({"vars": t.vars} if t.vars else {})} for t in topo.tenants],
+        "pki_dir": str(state / "pki"),
+    }
+    allvars.update(topo.vars)
+    return {"hosts": hosts, "groups": groups, "vars": allvars}

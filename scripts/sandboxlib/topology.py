@@ -1,0 +1,303 @@
+"""The sandbox topology: one YAML file describing nodes, groups, addresses and tenants.
+
+A topology file is also an Ansible inventory source (``plugin: sandbox_topology``), so
+``ansible-playbook -i inventories/default.yml`` reads it directly through the inventory
+plugin in ``plugins/inventory``; the CLI and the Vagrantfile read the same file.
+Every error is a :class:`TopologyError` whose message names the field and the fix.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PLUGIN_NAME = "sandbox_topology"
+BACKENDS = ("podman", "vagrant")
+KNOWN_GROUPS = ("etcd", "k0s_controller", "lb")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
+TOP_KEYS = {"plugin", "name", "description", "tls", "allow_even_etcd", "networks",
+            "nodes", "tenants", "vars", "vagrant"}
+NODE_KEYS = {"name", "groups", "host", "addresses", "memory", "cpus", "vars"}
+TENANT_KEYS = {"name", "prefix", "controllers", "vars"}
+
+
+class TopologyError(ValueError):
+    """A topology file is invalid; the message names the field and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    groups: tuple[str, ...]
+    addresses: dict[str, str]
+    memory: int | None = None
+    cpus: int | None = None
+    vars: dict[str, Any] = field(default_factory=dict)
+
+    def address(self, backend: str) -> str:
+        return self.addresses[backend]
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    prefix: str
+    controllers: tuple[str, ...]
+    vars: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def normalized_prefix(self) -> str:
+        """The prefix as kube-apiserver uses it: ``/<prefix>/`` (``k0s`` == ``/k0s``)."""
+        return "/" + self.prefix.strip("/") + "/"
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    path: Path
+    tls: bool
+    networks: dict[str, ipaddress.IPv4Network]
+    nodes: tuple[Node, ...]
+    tenants: tuple[Tenant, ...]
+    vars: dict[str, Any]
+    vagrant: dict[str, Any]
+    description: str = ""
+    warnings: tuple[str, ...] = ()
+
+    def group(self, group: str) -> list[Node]:
+        return [n for n in self.nodes if group in n.groups]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise TopologyError(f"nodes: no node named '{name}' in topology '{self.name}'")
+
+    @property
+    def state_dir(self) -> Path:
+        """Where this sandbox keeps its SSH key, PKI and kubeconfigs on the control node."""
+        base = os.environ.get("SANDBOX_STATE_DIR")
+        return Path(base) / self.name if base else REPO_ROOT / ".sandbox" / self.name
+
+    def network_name(self) -> str:
+        return f"k0sbox-{self.name}"
+
+    def container_name(self, node: Node) -> str:
+        return f"k0sbox-{self.name}-{node.name}"
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise TopologyError(msg)
+
+
+def _unknown_keys(where: str, data: dict[str, Any], allowed: set[str]) -> None:
+    extra = sorted(set(data) - allowed)
+    _require(not extra, f"{where}: unknown key(s) {', '.join(extra)}; "
+                        f"allowed: {', '.join(sorted(allowed))}")
+
+
+def _parse_networks(raw: Any) -> dict[str, ipaddress.IPv4Network]:
+    _require(isinstance(raw, dict) and raw, "networks: give a subnet per backend, "
+             "e.g. networks: {podman: 10.213.10.0/24, vagrant: 192.168.56.0/24}")
+    nets: dict[str, ipaddress.IPv4Network] = {}
+    for backend, subnet in raw.items():
+        _require(backend in BACKENDS, f"networks.{backend}: unknown backend; "
+                                      f"use one of {', '.join(BACKENDS)}")
+        try:
+            nets[backend] = ipaddress.IPv4Network(str(subnet), strict=True)
+        except ValueError as exc:
+            raise TopologyError(f"networks.{backend}: '{subnet}' is not an IPv4 subnet "
+                                f"such as 10.213.10.0/24 ({exc})") from None
+    return nets
+
+
+def _parse_node(i: int, raw: Any, nets: dict[str, ipaddress.IPv4Network]) -> Node:
+    where = f"nodes[{i}]"
+    _require(isinstance(raw, dict), f"{where}: each node is a mapping with name, groups, host")
+    _unknown_keys(where, raw, NODE_KEYS)
+    name = raw.get("name")
+    _require(isinstance(name, str) and bool(NAME_RE.match(name)),
+             f"{where}.name: '{name}' is not a valid node name "
+             "(lower-case letters, digits and '-', at most 42 characters)")
+    where = f"nodes[{i}] ({name})"
+    groups = raw.get("groups")
+    _require(isinstance(groups, list) and bool(groups),
+             f"{where}.groups: every node needs at least one group of "
+             f"{', '.join(KNOWN_GROUPS)}")
+    for g in groups:
+        _require(g in KNOWN_GROUPS, f"{where}.groups: unknown group '{g}'; "
+                                    f"use {', '.join(KNOWN_GROUPS)}")
+    explicit = raw.get("addresses") or {}
+    _require(isinstance(explicit, dict), f"{where}.addresses: a mapping backend -> IP")
+    host = raw.get("host")
+    addresses: dict[str, str] = {}
+    for backend, net in nets.items():
+        if backend in explicit:
+            try:
+                ip = ipaddress.IPv4Address(str(explicit[backend]))
+            except ValueError:
+                raise TopologyError(f"{where}.addresses.{backend}: "
+                                    f"'{explicit[backend]}' is not an IPv4 address") from None
+        else:
+            _require(isinstance(host, int) and not isinstance(host, bool),
+                     f"{where}: give 'host' (the host number in each network, e.g. 11) "
+                     f"or addresses.{backend}")
+            ip = net.network_address + int(host)
+        _require(ip in net and ip not in (net.network_address, net.broadcast_address),
+                 f"{where}: address {ip} is outside the {backend} network {net}; "
+                 f"choose a host number between 2 and {net.num_addresses - 2}")
+        _require(ip != net.network_address + 1,
+                 f"{where}: address {ip} is the {backend} network's gateway; use another host")
+        addresses[backend] = str(ip)
+    for backend in explicit:
+        _require(backend in nets, f"{where}.addresses.{backend}: no network for backend "
+                                  f"'{backend}' under networks")
+    for key in ("memory", "cpus"):
+        val = raw.get(key)
+        _require(val is None or (isinstance(val, int) and val > 0),
+                 f"{where}.{key}: a positive integer")
+    nvars = raw.get("vars") or {}
+    _require(isinstance(nvars, dict), f"{where}.vars: a mapping of variables")
+    return Node(name=name, groups=tuple(groups), addresses=addresses,
+                memory=raw.get("memory"), cpus=raw.get("cpus"), vars=nvars)
+
+
+def _parse_tenant(i: int, raw: Any, nodes: dict[str, Node]) -> Tenant:
+    where = f"tenants[{i}]"
+    _require(isinstance(raw, dict), f"{where}: each tenant is a mapping with name, "
+                                    "prefix, controllers")
+    _unknown_keys(where, raw, TENANT_KEYS)
+    name = raw.get("name")
+    _require(isinstance(name, str) and bool(NAME_RE.match(name)),
+             f"{where}.name: '{name}' is not a valid tenant name "
+             "(lower-case letters, digits and '-')")
+    where = f"tenants[{i}] ({name})"
+    prefix = raw.get("prefix", name)
+    _require(isinstance(prefix, str) and prefix.strip("/") != "",
+             f"{where}.prefix: spec.storage.etcd.externalCluster.etcdPrefix cannot be empty; "
+             "give the tenant a prefix such as 'k0s-tenant'")
+    _require(not any(c.isspace() for c in prefix) and "//" not in prefix.strip("/"),
+             f"{where}.prefix: '{prefix}' must not contain spaces or '//'")
+    ctrls = raw.get("controllers")
+    _require(isinstance(ctrls, list) and bool(ctrls),
+             f"{where}.controllers: a tenant needs at least one controller node "
+             "(a node in group k0s_controller)")
+    for c in ctrls:
+        _require(c in nodes, f"{where}.controllers: '{c}' is not a node of this topology")
+        _require("k0s_controller" in nodes[c].groups,
+                 f"{where}.controllers: node '{c}' is not in group k0s_controller; "
+                 "add the group to the node")
+    tvars = raw.get("vars") or {}
+    _require(isinstance(tvars, dict), f"{where}.vars: a mapping of variables")
+    return Tenant(name=name, prefix=prefix, controllers=tuple(ctrls), vars=tvars)
+
+
+def prefixes_overlap(a: str, b: str) -> bool:
+    """True when two etcd prefixes, normalised as kube-apiserver does, share keys."""
+    na, nb = "/" + a.strip("/") + "/", "/" + b.strip("/") + "/"
+    return na.startswith(nb) or nb.startswith(na)
+
+
+def parse(data: Any, path: Path) -> Topology:
+    """Validate a loaded topology document and return the :class:`Topology`."""
+    _require(isinstance(data, dict), f"{path}: a topology file is a YAML mapping")
+    _unknown_keys(str(path.name), data, TOP_KEYS)
+    _require(data.get("plugin") == PLUGIN_NAME,
+             f"plugin: a topology file starts with 'plugin: {PLUGIN_NAME}'")
+    name = data.get("name", path.stem)
+    _require(isinstance(name, str) and bool(NAME_RE.match(name)) and len(name) <= 20,
+             f"name: '{name}' must be lower-case letters, digits and '-' (at most 20)")
+    tls = data.get("tls", True)
+    _require(isinstance(tls, bool), "tls: true (mTLS on client and peer) or false (plain HTTP)")
+    nets = _parse_networks(data.get("networks"))
+    raw_nodes = data.get("nodes")
+    _require(isinstance(raw_nodes, list) and bool(raw_nodes),
+             "nodes: give at least one node (a list of {name, groups, host})")
+    nodes = [_parse_node(i, n, nets) for i, n in enumerate(raw_nodes)]
+    seen: dict[str, str] = {}
+    for n in nodes:
+        _require(n.name not in seen, f"nodes: duplicate node name '{n.name}'; names are unique")
+        seen[n.name] = n.name
+    for backend in nets:
+        owner: dict[str, str] = {}
+        for n in nodes:
+            ip = n.addresses[backend]
+            _require(ip not in owner, f"nodes: duplicate {backend} address {ip} "
+                                      f"({owner.get(ip)} and {n.name}); give each node its own")
+            owner[ip] = n.name
+    by_name = {n.name: n for n in nodes}
+    etcd = [n for n in nodes if "etcd" in n.groups]
+    _require(bool(etcd), "nodes: no node is in group 'etcd'; the sandbox needs at least one")
+    allow_even = data.get("allow_even_etcd", False)
+    _require(isinstance(allow_even, bool), "allow_even_etcd: true or false")
+    _require(len(etcd) % 2 == 1 or allow_even,
+             f"nodes: {len(etcd)} etcd members is an even count (no better fault tolerance "
+             f"than {len(etcd) - 1}); use an odd count or set allow_even_etcd: true")
+    raw_tenants = data.get("tenants") or []
+    _require(isinstance(raw_tenants, list), "tenants: a list of {name, prefix, controllers}")
+    tenants = [_parse_tenant(i, t, by_name) for i, t in enumerate(raw_tenants)]
+    warnings: list[str] = []
+    for i, a in enumerate(tenants):
+        for b in tenants[:i]:
+            _require(a.name != b.name, f"tenants: duplicate tenant name '{a.name}'")
+            _require(not prefixes_overlap(a.prefix, b.prefix),
+                     f"tenants ({b.name}, {a.name}): prefixes '{b.prefix}' and '{a.prefix}' "
+                     f"overlap as {b.normalized_prefix} and {a.normalized_prefix}; "
+                     "give every tenant a prefix of its own")
+            shared = set(a.controllers) & set(b.controllers)
+            _require(not shared, f"tenants ({b.name}, {a.name}): controller(s) "
+                                 f"{', '.join(sorted(shared))} belong to both; a controller "
+                                 "serves one tenant")
+        if a.prefix.strip("/") == "registry":
+            warnings.append(f"tenants ({a.name}): prefix 'registry' is kube-apiserver's default, "
+                            "the one k0s's embedded etcd uses; right only when taking over an "
+                            "embedded cluster's data")
+    for n in nodes:
+        if "k0s_controller" in n.groups:
+            _require(any(n.name in t.controllers for t in tenants),
+                     f"nodes ({n.name}): controller belongs to no tenant; list it under "
+                     "some tenant's controllers")
+    lbs = [n for n in nodes if "lb" in n.groups]
+    for t in tenants:
+        if len(t.controllers) > 1:
+            _require(bool(lbs), f"tenants ({t.name}): {len(t.controllers)} controllers need a "
+                                "load balancer; add a node in group 'lb'")
+    tvars = data.get("vars") or {}
+    _require(isinstance(tvars, dict), "vars: a mapping of variables for every node")
+    vagrant = data.get("vagrant") or {}
+    _require(isinstance(vagrant, dict), "vagrant: a mapping (box, memory, cpus)")
+    return Topology(name=name, path=path, tls=tls, networks=nets, nodes=tuple(nodes),
+                    tenants=tuple(tenants), vars=tvars, vagrant=vagrant,
+                    description=str(data.get("description", "")), warnings=tuple(warnings))
+
+
+def resolve_path(name_or_path: str) -> Path:
+    """A topology given by name (``default``) or path; unknown names list the shipped ones."""
+    p = Path(name_or_path)
+    if p.suffix in (".yml", ".yaml") or os.sep in name_or_path:
+        if not p.is_file():
+            raise TopologyError(f"topology: file '{name_or_path}' not found")
+        return p.resolve()
+    candidate = REPO_ROOT / "inventories" / f"{name_or_path}.yml"
+    if candidate.is_file():
+        return candidate
+    shipped = sorted(q.stem for q in (REPO_ROOT / "inventories").glob("*.yml"))
+    raise TopologyError(f"topology: unknown topology '{name_or_path}'; shipped ones: "
+                        f"{', '.join(shipped)} (or give a path to a .yml file)")
+
+
+def load(name_or_path: str | Path) -> Topology:
+    path = resolve_path(str(name_or_path))
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise TopologyError(f"{path.name}: not valid YAML ({exc})") from None
+    return parse(data, path)
