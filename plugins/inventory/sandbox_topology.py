@@ -23,15 +23,15 @@ options:
     choices: [sandbox_topology]
 """
 
-from ansible.errors import AnsibleParserError  # noqa: E402
-from ansible.plugins.inventory import BaseInventoryPlugin  # noqa: E402
+from ansible.errors import AnsibleParserError
+from ansible.plugins.inventory import BaseInventoryPlugin
 
 _SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 if str(_SCRIPTS) not in sys.path:
     sys.path.insert(0, str(_SCRIPTS))
 
-from sandboxlib import inventory as sandbox_inventory  # noqa: E402
-from sandboxlib import topology as sandbox_topology  # noqa: E402
+from sandboxlib import inventory as sandbox_inventory
+from sandboxlib import topology as sandbox_topology
 
 
 class InventoryModule(BaseInventoryPlugin):

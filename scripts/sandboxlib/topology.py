@@ -105,7 +105,7 @@ def _unknown_keys(where: str, data: dict[str, Any], allowed: set[str]) -> None:
 
 
 def _parse_networks(raw: Any) -> dict[str, ipaddress.IPv4Network]:
-    _require(isinstance(raw, dict) and raw, "networks: give a subnet per backend, "
+    _require(isinstance(raw, dict) and bool(raw), "networks: give a subnet per backend, "
              "e.g. networks: {podman: 10.213.10.0/24, vagrant: 192.168.56.0/24}")
     nets: dict[str, ipaddress.IPv4Network] = {}
     for backend, subnet in raw.items():

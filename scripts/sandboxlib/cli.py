@@ -1,0 +1,340 @@
+"""``scripts/sandbox``: bring the k0s external-etcd sandbox up, inspect it, take it down.
+
+Every command takes ``--topology`` (a name from inventories/ or a path) and ``--backend``;
+without them it uses the sandbox ``up`` remembered in ``.sandbox/current`` (or ``default``
+on podman). Errors print one line ``sandbox: error: ...`` and exit non-zero: 2 for bad
+input (nothing changed), 1 when a step failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+from . import inventory, remote, report, runner
+from .topology import BACKENDS, REPO_ROOT, Topology, TopologyError, load
+
+PASSTHROUGH = ("ssh", "etcdctl", "kubectl")
+VAGRANT_MISSING = ("vagrant is not installed: apt-get install vagrant vagrant-libvirt "
+                   "(or use --backend podman)")
+PODMAN_MISSING = ("podman is not installed: apt-get install podman runc netavark aardvark-dns "
+                  "mmdebstrap (scripts/sandbox does it itself when run as root on Debian)")
+DEFAULT_UNITS = {"etcd": "etcd", "k0s_controller": "k0scontroller", "lb": "haproxy"}
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit 2, nothing changed."""
+
+
+class Failure(Exception):
+    """A step failed: printed as one line, exit 1."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (the usage is in ``--help``)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see scripts/sandbox {self._sub_name()}--help)")
+
+    def _sub_name(self) -> str:
+        parts = self.prog.split()[1:]
+        return " ".join(parts) + " " if parts else ""
+
+
+def state_base() -> Path:
+    base = os.environ.get("SANDBOX_STATE_DIR")
+    return Path(base) if base else REPO_ROOT / ".sandbox"
+
+
+def current_file() -> Path:
+    return state_base() / "current"
+
+
+def read_current() -> dict[str, str]:
+    try:
+        data = json.loads(current_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+@dataclass
+class Sandbox:
+    topo: Topology
+    backend: str
+
+
+def resolve(args: argparse.Namespace) -> Sandbox:
+    """The topology and backend from the flags, else .sandbox/current, else defaults."""
+    current = read_current()
+    name = args.topology or current.get("topology") or "default"
+    topo = load(name)
+    backend = args.backend
+    if backend is None and current.get("topology") == str(topo.path):
+        backend = current.get("backend")
+    backend = inventory.selected_backend(backend)
+    inventory.build(topo, backend)  # the backend must have a network in this topology
+    for w in topo.warnings:
+        print(f"sandbox: warning: {w}", file=sys.stderr)
+    return Sandbox(topo, backend)
+
+
+def need_tool(backend: str) -> None:
+    if backend == "vagrant" and shutil.which("vagrant") is None:
+        raise UsageError(VAGRANT_MISSING)
+    if backend == "podman" and shutil.which("podman") is None:
+        raise UsageError(PODMAN_MISSING)
+
+
+def remember(sb: Sandbox) -> None:
+    current_file().parent.mkdir(parents=True, exist_ok=True)
+    current_file().write_text(json.dumps({"topology": str(sb.topo.path),
+                                          "backend": sb.backend}) + "\n")
+
+
+# -- commands ----------------------------------------------------------------------------
+def cmd_up(args: argparse.Namespace) -> int:
+    sb = resolve(args)
+    need_tool(sb.backend)
+    remember(sb)
+    t0 = time.time()
+    print(f"sandbox: up '{sb.topo.name}' ({sb.backend}; {len(sb.topo.nodes)} nodes)",
+          flush=True)
+    with runner.run_context(sb.topo, "up") as ctx:
+        print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
+        if sb.backend == "podman":
+            runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
+            runner.run_playbook(ctx, sb.topo, sb.backend, "site.yml")
+        else:
+            runner.vagrant_run(ctx, sb.topo, "up")
+    print(f"sandbox: up finished in {time.time() - t0:.0f}s\n")
+    print(report.render(report.collect(sb.topo, sb.backend)))
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    sb = resolve(args)
+    need_tool(sb.backend)
+    t0 = time.time()
+    with runner.run_context(sb.topo, "down") as ctx:
+        if sb.backend == "podman":
+            runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml",
+                                {"sandbox_nodes_state": "absent"})
+        else:
+            runner.vagrant_run(ctx, sb.topo, "destroy")
+    msg = f"sandbox: '{sb.topo.name}' is down ({time.time() - t0:.0f}s)"
+    if args.purge:
+        state = sb.topo.state_dir
+        if state.is_dir() and state.name == sb.topo.name:
+            shutil.rmtree(state)
+        if read_current().get("topology") == str(sb.topo.path):
+            current_file().unlink(missing_ok=True)
+        msg += f"; removed {report.display_path(state)}"
+    print(msg)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    sb = resolve(args)
+    print(report.render(report.collect(sb.topo, sb.backend)))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    sb = resolve(args)
+    if not (REPO_ROOT / "playbooks" / "verify.yml").is_file():
+        raise Failure("playbooks/verify.yml does not exist yet in this checkout: "
+                      "nothing to verify with (see scripts/sandbox status)")
+    need_tool(sb.backend)
+    report_path = sb.topo.state_dir / "verify.json"
+    report_path.unlink(missing_ok=True)
+    out = sys.stderr if args.json else sys.stdout
+    with runner.run_context(sb.topo, "verify", out=out) as ctx:
+        try:
+            runner.run_playbook(ctx, sb.topo, sb.backend, "verify.yml",
+                                {"sandbox_verify_report": str(report_path)})
+        finally:
+            if args.json and report_path.is_file():
+                print(report_path.read_text().strip())
+    if args.json and not report_path.is_file():
+        print(json.dumps({"passed": True, "report": None}))
+    elif not args.json:
+        print(f"sandbox: verify passed (log: {report.display_path(ctx.log_path)})")
+    return 0
+
+
+def _target(sb: Sandbox, node: str) -> remote.Target:
+    targets = remote.targets(sb.topo, sb.backend)
+    if node not in targets:
+        raise UsageError(f"no node '{node}' in topology '{sb.topo.name}'; nodes: "
+                         f"{', '.join(targets)}")
+    return targets[node]
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    sb = resolve(args)
+    remote.exec_ssh(_target(sb, args.node), " ".join(args.args) if args.args else None)
+
+
+def cmd_etcdctl(args: argparse.Namespace) -> int:
+    sb = resolve(args)
+    targets = remote.targets(sb.topo, sb.backend)
+    members = [n.name for n in sb.topo.group("etcd")]
+    probe = ("command -v etcdctl >/dev/null 2>&1 || { echo 'etcdctl not installed'; exit 0; }; "
+             "systemctl is-active etcd 2>&1")
+    seen: list[str] = []
+    for m in members:
+        res = remote.run(targets[m], probe, timeout=15)
+        state = (res.stdout.strip() or res.stderr.strip() or "?").splitlines()[-1]
+        if res.returncode == 0 and state == "active":
+            remote.exec_ssh(targets[m], "etcdctl " + shlex.join(args.args))
+        seen.append(f"{m}: {'unreachable' if res.returncode == 255 else state}")
+    raise Failure(f"no healthy etcd member to run etcdctl on ({'; '.join(seen)}); "
+                  "is the sandbox up? (scripts/sandbox status)")
+
+
+def cmd_kubectl(args: argparse.Namespace) -> int:
+    sb = resolve(args)
+    tenants = {t.name: t for t in sb.topo.tenants}
+    if not tenants:
+        raise UsageError(f"topology '{sb.topo.name}' has no tenants (no k0s controllers)")
+    name = args.tenant or sb.topo.tenants[0].name
+    if name not in tenants:
+        raise UsageError(f"no tenant '{name}' in topology '{sb.topo.name}'; tenants: "
+                         f"{', '.join(tenants)}")
+    ctrl = tenants[name].controllers[0]
+    target = _target(sb, ctrl)
+    res = remote.run(target, "command -v k0s", timeout=15)
+    if res.returncode == 255:
+        raise Failure(f"controller {ctrl} is not reachable over SSH: "
+                      f"{' '.join(res.stderr.split())[:200]} (scripts/sandbox status)")
+    if res.returncode != 0:
+        raise Failure(f"k0s is not installed on {ctrl} (tenant {name}): the k0s phase has "
+                      "not run there yet, or no k0s binary was available")
+    remote.exec_ssh(target, "k0s kubectl " + shlex.join(args.args))
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    sb = resolve(args)
+    target = _target(sb, args.node)
+    unit = args.unit
+    if unit is None:
+        groups = sb.topo.node(args.node).groups
+        unit = next((DEFAULT_UNITS[g] for g in groups if g in DEFAULT_UNITS), "etcd")
+    cmd = ["journalctl", "--no-pager", "-u", unit, "-n", str(args.lines)]
+    if args.follow:
+        cmd.append("-f")
+    remote.exec_ssh(target, shlex.join(cmd))
+
+
+def cmd_inventory(args: argparse.Namespace) -> int:
+    sb = resolve(args)
+    data: dict[str, Any] = inventory.build(sb.topo, sb.backend)
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        print(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), end="")
+    return 0
+
+
+# -- parser ------------------------------------------------------------------------------
+def build_parser() -> Parser:
+    common = Parser(add_help=False)
+    common.add_argument("--topology", "-t", metavar="T",
+                        help="topology name from inventories/ or a path to a topology file "
+                             "(default: the one last brought up, else 'default')")
+    common.add_argument("--backend", "-b", choices=BACKENDS,
+                        help="podman (system containers, default) or vagrant (VMs)")
+    p = Parser(prog="scripts/sandbox",
+               description="k0s on an external etcd cluster: a sandbox on podman or Vagrant.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+
+    def add(name: str, help_: str, func: Any) -> Parser:
+        sp: Parser = sub.add_parser(name, parents=[common], help=help_, description=help_)
+        sp.set_defaults(func=func)
+        return sp
+
+    add("up", "create the nodes and run playbooks/site.yml", cmd_up)
+    d = add("down", "remove the sandbox's nodes and network", cmd_down)
+    d.add_argument("--purge", action="store_true",
+                   help="also remove the sandbox's state dir (SSH key, PKI, logs)")
+    add("status", "nodes, etcd health, tenants and k0s state", cmd_status)
+    v = add("verify", "run playbooks/verify.yml (the sandbox's checks)", cmd_verify)
+    v.add_argument("--json", action="store_true", help="print the report as JSON")
+    s = add("ssh", "ssh to a node (as root), optionally running a command", cmd_ssh)
+    s.add_argument("node", metavar="NODE")
+    s.add_argument("args", nargs="*", metavar="CMD", help=argparse.SUPPRESS)
+    e = add("etcdctl", "run etcdctl on the first healthy etcd member (certs preset)",
+            cmd_etcdctl)
+    e.add_argument("args", nargs="*", metavar="ARGS", help=argparse.SUPPRESS)
+    k = add("kubectl", "run 'k0s kubectl' on a tenant's first controller", cmd_kubectl)
+    k.add_argument("--tenant", metavar="T", help="tenant name (default: the first)")
+    k.add_argument("args", nargs="*", metavar="ARGS", help=argparse.SUPPRESS)
+    lg = add("logs", "journal of a node's service (etcd / k0scontroller by default)",
+             cmd_logs)
+    lg.add_argument("node", metavar="NODE")
+    lg.add_argument("unit", metavar="UNIT", nargs="?")
+    lg.add_argument("-f", "--follow", action="store_true", help="follow the journal")
+    lg.add_argument("-n", "--lines", type=int, default=200, help="lines to show (200)")
+    i = add("inventory", "the hosts, groups and variables Ansible gets", cmd_inventory)
+    i.add_argument("--json", action="store_true", help="JSON (for the Vagrantfile)")
+    return p
+
+
+OWN_OPTIONS = {"--topology", "-t", "--backend", "-b", "--tenant"}
+
+
+def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``etcdctl -w table ...`` style argv: our options first, the rest verbatim."""
+    if not argv or argv[0] not in PASSTHROUGH:
+        return argv, []
+    ours, i = [argv[0]], 1
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            return ours, argv[i + 1:]
+        if tok in ("-h", "--help"):
+            ours.append(tok)
+            i += 1
+        elif tok in OWN_OPTIONS and i + 1 < len(argv):
+            ours += argv[i:i + 2]
+            i += 2
+        elif tok.split("=", 1)[0] in OWN_OPTIONS and "=" in tok:
+            ours.append(tok)
+            i += 1
+        else:
+            break
+    if argv[0] in ("ssh",) and i < len(argv):  # the node name is ours too
+        ours.append(argv[i])
+        i += 1
+    return ours, argv[i:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        ours, rest = split_passthrough(argv)
+        args = build_parser().parse_args(ours)
+        if rest:
+            args.args = rest
+        return int(args.func(args))
+    except (UsageError, TopologyError) as exc:
+        print(f"sandbox: error: {exc}", file=sys.stderr)
+        return 2
+    except (Failure, runner.CommandFailed, remote.RemoteError) as exc:
+        print(f"sandbox: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("sandbox: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,169 @@
+"""What the sandbox looks like now: nodes, etcd health, TLS, tenants and k0s state.
+
+Used by ``scripts/sandbox status`` and at the end of ``scripts/sandbox up``. Everything here
+is read-only and quick; it works when nothing is up (every node "not created").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import remote
+from .topology import REPO_ROOT, Topology
+
+HEALTH_RE = re.compile(r"^(\S+) is (healthy|unhealthy)", re.MULTILINE)
+ETCD_PROBE = ("command -v etcdctl >/dev/null 2>&1 || { echo 'etcdctl: not installed'; exit 3; }; "
+              "etcdctl endpoint health --cluster 2>&1")
+K0S_PROBE = (
+    "command -v k0s >/dev/null 2>&1 || { echo 'not installed'; exit 0; }; "
+    "if systemctl is-active --quiet k0scontroller; then "
+    "  if k0s kubectl get --raw=/readyz >/dev/null 2>&1; then echo 'running, API ready'; "
+    "  else echo 'running, API not ready'; fi; "
+    "else echo \"installed, service $(systemctl is-active k0scontroller 2>/dev/null)\"; fi"
+)
+
+
+@dataclass
+class Status:
+    topo: Topology
+    backend: str
+    node_state: dict[str, str] = field(default_factory=dict)   # node -> running/exited/...
+    network: str = ""                                          # podman network state
+    etcd_health: dict[str, str] = field(default_factory=dict)  # node -> healthy/unhealthy
+    etcd_note: str = ""                                        # why health is unknown
+    k0s_state: dict[str, str] = field(default_factory=dict)    # controller -> state
+
+    @property
+    def running(self) -> list[str]:
+        return [n for n, s in self.node_state.items() if s == "running"]
+
+
+def display_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        try:
+            return str(path.resolve().relative_to(REPO_ROOT))
+        except ValueError:
+            return str(path)
+
+
+def _podman_states(topo: Topology) -> tuple[dict[str, str], str]:
+    podman = shutil.which("podman")
+    if podman is None:
+        return {n.name: "podman missing" for n in topo.nodes}, "podman missing"
+    res = subprocess.run([podman, "ps", "-a", "--format", "json", "--filter",
+                          f"label=k0s-etcd-sandbox={topo.name}"],
+                         capture_output=True, text=True, check=False)
+    by_container: dict[str, str] = {}
+    if res.returncode == 0 and res.stdout.strip():
+        for c in json.loads(res.stdout):
+            for name in c.get("Names") or []:
+                by_container[name] = str(c.get("State", "?"))
+    states = {n.name: by_container.get(topo.container_name(n), "not created")
+              for n in topo.nodes}
+    net = subprocess.run([podman, "network", "exists", topo.network_name()],
+                         capture_output=True, check=False)
+    return states, "present" if net.returncode == 0 else "absent"
+
+
+def _vagrant_states(topo: Topology) -> dict[str, str]:
+    if shutil.which("vagrant") is None:
+        return {n.name: "vagrant missing" for n in topo.nodes}
+    import os
+
+    import vagrant
+
+    env = dict(os.environ, SANDBOX_TOPOLOGY=str(topo.path))
+    try:
+        found = {s.name: s.state for s in vagrant.Vagrant(root=str(REPO_ROOT), env=env,
+                                                          quiet_stderr=True).status()}
+    except subprocess.CalledProcessError:
+        found = {}
+    return {n.name: ("running" if found.get(n.name) == "running"
+                     else str(found.get(n.name, "unknown"))) for n in topo.nodes}
+
+
+def collect(topo: Topology, backend: str) -> Status:
+    st = Status(topo=topo, backend=backend)
+    if backend == "podman":
+        st.node_state, st.network = _podman_states(topo)
+    else:
+        st.node_state = _vagrant_states(topo)
+    targets = remote.targets(topo, backend)
+    members = [n.name for n in topo.group("etcd") if n.name in st.running]
+    ctrls = [n.name for n in topo.group("k0s_controller") if n.name in st.running]
+    jobs = [(targets[m], ETCD_PROBE) for m in members[:1]]
+    jobs += [(targets[c], K0S_PROBE) for c in ctrls]
+    results = remote.run_many(jobs, timeout=25)
+    if not members:
+        st.etcd_note = "no etcd member is running"
+    else:
+        res = results[0]
+        addr_to_node = {targets[n.name].host: n.name for n in topo.group("etcd")}
+        for endpoint, health in HEALTH_RE.findall(res.stdout + res.stderr):
+            host = re.sub(r"^\w+://", "", endpoint).rsplit(":", 1)[0]
+            st.etcd_health[addr_to_node.get(host, host)] = health
+        if not st.etcd_health:
+            out = " ".join((res.stdout + res.stderr).split())
+            st.etcd_note = (out[:160] if res.returncode != 255
+                            else f"{members[0]} not reachable over SSH")
+    for ctrl, res in zip(ctrls, results[1:], strict=True):
+        out = res.stdout.strip() or res.stderr.strip()
+        st.k0s_state[ctrl] = out if res.returncode == 0 else f"unknown ({out[:80]})"
+    return st
+
+
+def table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    lines = [indent + "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False))
+             for r in [headers, *rows]]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def render(st: Status) -> str:
+    topo = st.topo
+    targets = remote.targets(topo, st.backend)
+    out = [f"Sandbox '{topo.name}' ({st.backend}; topology {display_path(topo.path)})"]
+    if st.backend == "podman":
+        out[0] += f"; network {topo.network_name()}: {st.network}"
+    node_col = "CONTAINER" if st.backend == "podman" else "VM"
+    rows = []
+    for n in topo.nodes:
+        etcd = st.etcd_health.get(n.name, "?" if st.etcd_health else "-") \
+            if "etcd" in n.groups else ""
+        rows.append([n.name, ",".join(n.groups), targets[n.name].host,
+                     st.node_state.get(n.name, "?"), etcd])
+    out.append(table(["NODE", "GROUPS", "ADDRESS", node_col, "ETCD"], rows))
+    members = topo.group("etcd")
+    healthy = sum(1 for v in st.etcd_health.values() if v == "healthy")
+    if st.etcd_health:
+        out.append(f"etcd: {healthy}/{len(members)} members healthy")
+    else:
+        out.append(f"etcd: health unknown ({st.etcd_note})")
+    pki = topo.state_dir / "pki"
+    if topo.tls:
+        out.append(f"TLS: on (mTLS, client and peer); certificates in {display_path(pki)} "
+                   "(ca.crt, members/, clients/; the CA key stays here)")
+    else:
+        out.append("TLS: off (plain HTTP; use only in a sandbox)")
+    if topo.tenants:
+        rows = [[t.name, t.normalized_prefix, ",".join(t.controllers),
+                 "; ".join(f"{c}: {st.k0s_state.get(c, 'node not running')}"
+                           for c in t.controllers)] for t in topo.tenants]
+        out.append(table(["TENANT", "PREFIX", "CONTROLLERS", "K0S"], rows))
+    out.append("Next:")
+    nxt = ["scripts/sandbox etcdctl member list -w table",
+           "scripts/sandbox etcdctl endpoint status --cluster -w table"]
+    for t in topo.tenants[:2]:
+        nxt.append(f"scripts/sandbox kubectl --tenant {t.name} get --raw=/readyz")
+    nxt += [f"scripts/sandbox ssh {topo.nodes[0].name}",
+            f"scripts/sandbox logs {members[0].name if members else topo.nodes[0].name}",
+            "scripts/sandbox verify", "scripts/sandbox down"]
+    out += [f"  {c}" for c in nxt]
+    return "\n".join(out)

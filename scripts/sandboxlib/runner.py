@@ -1,0 +1,188 @@
+"""Run ansible-playbook (podman backend) or Vagrant with concise progress and a full log.
+
+ansible's own output goes to a log file under ``<state dir>/logs/``; the project's callback
+plugin (``plugins/callback/sandbox_progress.py``) writes one line per play and per task to a
+FIFO that a thread here copies to the terminal, and a JSON result with the failed tasks from
+which the CLI makes its one-line reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from .topology import REPO_ROOT, Topology
+
+CALLBACK = "sandbox_progress"
+_EOF = "\x04sandbox-progress-end"
+
+
+class CommandFailed(RuntimeError):
+    """A playbook or Vagrant failed; the message is the one-line reason (with the log)."""
+
+
+@dataclass
+class RunContext:
+    """One CLI command's run: the log file and the progress channel shared by its steps."""
+
+    log_path: Path
+    progress_file: Path
+    t0: float
+
+    def env(self, backend: str, result_file: Path | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        plugins = str(REPO_ROOT / "plugins" / "callback")
+        enabled = [c for c in env.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if c]
+        env.update(
+            ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"),
+            ANSIBLE_CALLBACK_PLUGINS=os.pathsep.join(
+                p for p in (plugins, env.get("ANSIBLE_CALLBACK_PLUGINS", "")) if p),
+            ANSIBLE_CALLBACKS_ENABLED=",".join(dict.fromkeys([*enabled, CALLBACK])),
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_FORCE_COLOR="0",
+            PYTHONUNBUFFERED="1",
+            SANDBOX_BACKEND=backend,
+            SANDBOX_PROGRESS_FILE=str(self.progress_file),
+            SANDBOX_PROGRESS_T0=str(self.t0),
+        )
+        if result_file is not None:
+            env["SANDBOX_RESULT_FILE"] = str(result_file)
+        return env
+
+
+def _copy_lines(fifo: Path, out: TextIO) -> None:
+    # O_RDWR: opening never blocks and we never see EOF while no writer is attached.
+    fd = os.open(fifo, os.O_RDWR)
+    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.rstrip("\n") == _EOF:
+                return
+            out.write(line)
+            out.flush()
+
+
+@contextlib.contextmanager
+def run_context(topo: Topology, command: str, out: TextIO | None = None) -> Iterator[RunContext]:
+    """A log file for ``command`` and a FIFO whose lines are echoed to ``out`` (stdout)."""
+    logs = topo.state_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    log_path = logs / f"{stamp}-{command}.log"
+    log_path.write_text(f"# scripts/sandbox {command} (topology {topo.name})\n")
+    latest = logs / f"latest-{command}.log"
+    with contextlib.suppress(OSError):
+        latest.unlink(missing_ok=True)
+        latest.symlink_to(log_path.name)
+    with tempfile.TemporaryDirectory(prefix="sandbox-progress-") as tmp:
+        fifo = Path(tmp) / "progress"
+        os.mkfifo(fifo, 0o600)
+        reader = threading.Thread(target=_copy_lines, args=(fifo, out or sys.stdout),
+                                  daemon=True)
+        reader.start()
+        try:
+            yield RunContext(log_path=log_path, progress_file=fifo, t0=time.time())
+        finally:
+            with open(fifo, "w", encoding="utf-8") as fh:
+                fh.write(_EOF + "\n")
+            reader.join(timeout=10)
+
+
+def ansible_playbook_bin() -> str:
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("ansible-playbook")
+    if not found:
+        raise CommandFailed("ansible-playbook not found: run scripts/sandbox through its "
+                            "bootstrap (it installs requirements.txt into .venv)")
+    return found
+
+
+def _reason(result_file: Path, what: str, rc: int, log_path: Path) -> str:
+    try:
+        data: dict[str, Any] = json.loads(result_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    failures = data.get("failures") or []
+    if failures:
+        first = failures[0]
+        hosts = sorted({f["host"] for f in failures})
+        more = f" (and {len(hosts) - 1} more host(s))" if len(hosts) > 1 else ""
+        return (f"{what}: task '{first['task']}' failed on {first['host']}{more}: "
+                f"{first['msg']} (log: {log_path})")
+    tail = ""
+    with contextlib.suppress(OSError):
+        lines = [ln for ln in log_path.read_text(errors="replace").splitlines()
+                 if ln.strip()]
+        tail = ": " + " ".join(lines[-1].split())[:300] if lines else ""
+    return f"{what} failed with exit code {rc}{tail} (log: {log_path})"
+
+
+def run_playbook(ctx: RunContext, topo: Topology, backend: str, playbook: str,
+                 extra_vars: dict[str, Any] | None = None) -> None:
+    """ansible-playbook -i <topology> playbooks/<playbook>; raises CommandFailed."""
+    path = REPO_ROOT / "playbooks" / playbook
+    if not path.is_file():
+        raise CommandFailed(f"playbooks/{playbook} does not exist yet")
+    cmd = [ansible_playbook_bin(), "-i", str(topo.path), str(path)]
+    if extra_vars:
+        cmd += ["-e", json.dumps(extra_vars)]
+    with tempfile.NamedTemporaryFile(prefix="sandbox-result-", suffix=".json",
+                                     delete=False) as tmp:
+        result_file = Path(tmp.name)
+    try:
+        with open(ctx.log_path, "a", encoding="utf-8") as log:
+            log.write(f"\n$ {' '.join(cmd)}\n")
+            log.flush()
+            rc = subprocess.run(cmd, cwd=REPO_ROOT, env=ctx.env(backend, result_file),
+                                stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, check=False).returncode
+        if rc != 0:
+            raise CommandFailed(_reason(result_file, f"playbooks/{playbook}", rc,
+                                        ctx.log_path))
+    finally:
+        result_file.unlink(missing_ok=True)
+
+
+def vagrant_run(ctx: RunContext, topo: Topology, action: str) -> None:
+    """``vagrant up`` (action ``up``) or ``vagrant destroy -f`` (``destroy``) through
+    python-vagrant, with SANDBOX_TOPOLOGY set; raises CommandFailed."""
+    import vagrant  # python-vagrant; imported here so the podman path does not need it
+
+    with tempfile.NamedTemporaryFile(prefix="sandbox-result-", suffix=".json",
+                                     delete=False) as tmp:
+        result_file = Path(tmp.name)
+    env = ctx.env("vagrant", result_file)
+    env["SANDBOX_TOPOLOGY"] = str(topo.path)
+    log_fh = open(ctx.log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed below
+
+    @contextlib.contextmanager
+    def log_cm() -> Iterator[TextIO]:
+        yield log_fh
+
+    v = vagrant.Vagrant(root=str(REPO_ROOT), env=env, out_cm=log_cm, err_cm=log_cm)
+    try:
+        log_fh.write(f"\n$ vagrant {action} (SANDBOX_TOPOLOGY={topo.path})\n")
+        log_fh.flush()
+        if action == "up":
+            v.up()
+        else:
+            v.destroy()
+    except subprocess.CalledProcessError as exc:
+        log_fh.flush()
+        raise CommandFailed(_reason(result_file, f"vagrant {action}", exc.returncode,
+                                    ctx.log_path)) from None
+    finally:
+        log_fh.close()
+        result_file.unlink(missing_ok=True)

@@ -1,0 +1,187 @@
+"""scripts/sandbox: argument errors (one line, exit 2, nothing changed) and inventory --json."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO_ROOT, base_topology, podman_objects, run_sandbox
+from sandboxlib import cli, topology
+
+
+def _bad_input_changed_nothing(res: Any, state_dir: Path, name: str) -> None:
+    """Exit 2, exactly one line on stderr, and no state, container or network made."""
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if not ln.startswith("bootstrap:")]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("sandbox: error: ")
+    assert res.stdout == ""
+    assert not (state_dir / "current").exists()
+    assert not (state_dir / name).exists()
+    assert podman_objects(name) == []
+
+
+def test_unknown_topology_name(tmp_path: Path) -> None:
+    res = run_sandbox(["up", "--topology", "t-no-such"], tmp_path)
+    _bad_input_changed_nothing(res, tmp_path, "t-no-such")
+    assert "unknown topology 't-no-such'; shipped ones: " in res.stderr
+    assert "default" in res.stderr
+
+
+def test_unknown_topology_file(tmp_path: Path) -> None:
+    res = run_sandbox(["up", "--topology", str(tmp_path / "t-absent.yml")], tmp_path)
+    _bad_input_changed_nothing(res, tmp_path, "t-absent")
+    assert "not found" in res.stderr
+
+
+def test_unknown_backend(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    doc = base_topology()
+    doc["name"] = "t-cli-backend"
+    path = write_topology(doc)
+    res = run_sandbox(["up", "--backend", "docker", "--topology", str(path)], tmp_path)
+    _bad_input_changed_nothing(res, tmp_path, "t-cli-backend")
+    assert "invalid choice: 'docker'" in res.stderr
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda d: d["nodes"][0].update(groups=[]), "every node needs at least one group"),
+    (lambda d: d["nodes"][1].update(host=11), "duplicate podman address 10.213.51.11"),
+    (lambda d: d["tenants"][0].update(controllers=[]), "a tenant needs at least one controller"),
+], ids=["node in no group", "duplicate address", "tenant with no controller"])
+def test_bad_topology_file(mutate: Callable[[dict[str, Any]], None], message: str,
+                           tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    doc = base_topology()
+    doc["name"] = "t-cli-bad"
+    mutate(doc)
+    res = run_sandbox(["up", "--topology", str(write_topology(doc))], tmp_path)
+    _bad_input_changed_nothing(res, tmp_path, "t-cli-bad")
+    assert message in res.stderr
+
+
+def test_vagrant_missing_for_vagrant_backend(
+        tmp_path: Path, write_topology: Callable[..., Path],
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = base_topology()
+    doc["name"] = "t-cli-vag"
+    path = write_topology(doc)
+    monkeypatch.setenv("SANDBOX_STATE_DIR", str(tmp_path))
+    real_which = shutil.which
+    monkeypatch.setattr(cli.shutil, "which",
+                        lambda cmd, *a, **k: None if cmd == "vagrant" else real_which(cmd))
+    rc = cli.main(["up", "--topology", str(path), "--backend", "vagrant"])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert err.strip().splitlines() == [f"sandbox: error: {cli.VAGRANT_MISSING}"]
+    assert out == ""
+    assert not (tmp_path / "current").exists()
+    assert not (tmp_path / "t-cli-vag").exists()
+
+
+@pytest.mark.skipif(shutil.which("vagrant") is not None, reason="vagrant is installed here")
+def test_vagrant_missing_through_the_script(tmp_path: Path,
+                                            write_topology: Callable[..., Path]) -> None:
+    doc = base_topology()
+    doc["name"] = "t-cli-vag2"
+    res = run_sandbox(["up", "--backend", "vagrant", "--topology", str(write_topology(doc))],
+                      tmp_path)
+    _bad_input_changed_nothing(res, tmp_path, "t-cli-vag2")
+    assert "vagrant is not installed: apt-get install vagrant vagrant-libvirt" in res.stderr
+
+
+def test_backend_without_network(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    doc = base_topology()
+    doc["name"] = "t-cli-nonet"
+    del doc["networks"]["vagrant"]
+    res = run_sandbox(["up", "--backend", "vagrant", "--topology", str(write_topology(doc))],
+                      tmp_path)
+    _bad_input_changed_nothing(res, tmp_path, "t-cli-nonet")
+    assert "networks.vagrant: topology 't-cli-nonet' has no vagrant network" in res.stderr
+
+
+def test_unknown_command_is_one_line(tmp_path: Path) -> None:
+    res = run_sandbox(["explode"], tmp_path)
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert "invalid choice: 'explode'" in res.stderr
+
+
+@pytest.mark.parametrize("backend", ["podman", "vagrant"])
+def test_inventory_json(backend: str, tmp_path: Path,
+                        write_topology: Callable[..., Path]) -> None:
+    doc = base_topology()
+    doc["name"] = "t-cli-inv"
+    path = write_topology(doc)
+    res = run_sandbox(["inventory", "--json", "--backend", backend, "--topology", str(path)],
+                      tmp_path)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)  # stdout is nothing but the JSON document
+    topo = topology.load(path)
+    assert sorted(data) == ["groups", "hosts", "vars"]
+    assert data["groups"]["etcd"] == ["e1"]
+    assert data["groups"]["tenant_ta"] == ["c1"]
+    for node in topo.nodes:
+        assert data["hosts"][node.name]["ansible_host"] == node.address(backend)
+    assert data["vars"]["sandbox_backend"] == backend
+    assert data["vars"]["sandbox_state_dir"] == str(tmp_path / "t-cli-inv")
+    assert data["vars"]["k0s_tenants"] == [{"name": "ta", "prefix": "ta",
+                                            "controllers": ["c1"]}]
+    assert not (tmp_path / "current").exists(), "inventory must not change the current sandbox"
+
+
+def test_status_when_nothing_is_up(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    doc = base_topology()
+    doc["name"] = "t-cli-none"
+    res = run_sandbox(["status", "--topology", str(write_topology(doc))], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "Sandbox 't-cli-none'" in res.stdout
+    assert res.stdout.count("not created") == 2
+    assert "no etcd member is running" in res.stdout
+    assert podman_objects("t-cli-none") == []
+
+
+def test_ssh_unknown_node(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    doc = base_topology()
+    doc["name"] = "t-cli-ssh"
+    res = run_sandbox(["ssh", "--topology", str(write_topology(doc)), "nope", "true"], tmp_path)
+    assert res.returncode == 2
+    assert "no node 'nope' in topology 't-cli-ssh'; nodes: e1, c1" in res.stderr
+
+
+@pytest.mark.parametrize(("argv", "ours", "rest"), [
+    (["etcdctl", "member", "list", "-w", "table"], ["etcdctl"],
+     ["member", "list", "-w", "table"]),
+    (["etcdctl", "-t", "x", "-w", "table", "member", "list"], ["etcdctl", "-t", "x"],
+     ["-w", "table", "member", "list"]),
+    (["kubectl", "--tenant=a", "get", "pods", "-A"], ["kubectl", "--tenant=a"],
+     ["get", "pods", "-A"]),
+    (["kubectl", "--tenant", "a", "--", "--tenant", "b"], ["kubectl", "--tenant", "a"],
+     ["--tenant", "b"]),
+    (["ssh", "etcd-1", "ls", "-l"], ["ssh", "etcd-1"], ["ls", "-l"]),
+    (["up", "-t", "x"], ["up", "-t", "x"], []),
+])
+def test_split_passthrough(argv: list[str], ours: list[str], rest: list[str]) -> None:
+    assert cli.split_passthrough(argv) == (ours, rest)
+
+
+def test_current_sandbox_is_remembered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       write_topology: Callable[..., Path]) -> None:
+    doc = base_topology()
+    doc["name"] = "t-cli-cur"
+    path = write_topology(doc)
+    monkeypatch.setenv("SANDBOX_STATE_DIR", str(tmp_path))
+    sb = cli.Sandbox(topology.load(path), "vagrant")
+    cli.remember(sb)
+    args = cli.build_parser().parse_args(["status"])
+    again = cli.resolve(args)
+    assert again.topo.path == path.resolve()
+    assert again.backend == "vagrant"
+    assert cli.resolve(cli.build_parser().parse_args(["status", "-b", "podman"])).backend \
+        == "podman"
+
+
+def test_repo_root_matches() -> None:
+    assert topology.REPO_ROOT == REPO_ROOT
