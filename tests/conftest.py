@@ -79,3 +79,7 @@ def podman_objects(topology_name: str) -> list[str]:
     if net.returncode == 0:
         found.append(f"network k0sbox-{topology_name}")
     return found
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: end-to-end test that creates podman nodes")

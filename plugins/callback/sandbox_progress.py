@@ -23,8 +23,8 @@ name: sandbox_progress
 type: notification
 short_description: concise per-play and per-task progress for scripts/sandbox
 description:
-  - Prints one line per play ("==> [2/5] pki: ...") and one per task, with elapsed
-    seconds, and a final ok/changed/failed count.
+  - Prints one line per play and one per task, with elapsed seconds, and a final
+    ok/changed/failed count.
   - Writes to the file in C(SANDBOX_PROGRESS_FILE) when set; failures are written as JSON
     to C(SANDBOX_RESULT_FILE).
 requirements:
@@ -89,7 +89,7 @@ class CallbackModule(CallbackBase):
         self._display.display(line)
 
     def _elapsed(self) -> str:
-        return f"{time.time() - self._t0:5.0f}s"
+        return f"+{time.time() - self._t0:.0f}s"
 
     def _flush_task(self) -> None:
         if self._task is None:
@@ -104,9 +104,9 @@ class CallbackModule(CallbackBase):
                 status, n = "changed", c["changed"]
             else:
                 status, n = "ok", c.get("ok", 0)
-            count = f" {n}/{hosts}" if hosts > 1 else ""
+            count = f"{n}/{hosts}" if hosts > 1 else ""
             took = time.time() - self._task_t0
-            self._emit(f"      {status}{count:<6} {self._task} ({took:.1f}s)")
+            self._emit(f"      {status:<7} {count:<5} {self._task} ({took:.1f}s)")
         self._task = None
         self._counts = {}
 
@@ -132,7 +132,7 @@ class CallbackModule(CallbackBase):
             phase = Path(path.rsplit(":", 1)[0]).stem
         total = self._plays_total or "?"
         self._emit(f"==> [{self._play_index}/{total}] {phase}: {play.get_name().strip()}"
-                   f"  ({self._elapsed()})")
+                   f" ({self._elapsed()})")
 
     def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
         self._flush_task()

@@ -78,9 +78,9 @@ def run_context(topo: Topology, command: str, out: TextIO | None = None) -> Iter
     logs = topo.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    log_path = logs / f"{stamp}-{command}.log"
+    log_path = logs / f"{command}-{stamp}.log"
     log_path.write_text(f"# scripts/sandbox {command} (topology {topo.name})\n")
-    latest = logs / f"latest-{command}.log"
+    latest = logs / f"{command}.log"  # the latest run
     with contextlib.suppress(OSError):
         latest.unlink(missing_ok=True)
         latest.symlink_to(log_path.name)
@@ -121,12 +121,24 @@ def _reason(result_file: Path, what: str, rc: int, log_path: Path) -> str:
         more = f" (and {len(hosts) - 1} more host(s))" if len(hosts) > 1 else ""
         return (f"{what}: task '{first['task']}' failed on {first['host']}{more}: "
                 f"{first['msg']} (log: {log_path})")
-    tail = ""
-    with contextlib.suppress(OSError):
-        lines = [ln for ln in log_path.read_text(errors="replace").splitlines()
-                 if ln.strip()]
-        tail = ": " + " ".join(lines[-1].split())[:300] if lines else ""
-    return f"{what} failed with exit code {rc}{tail} (log: {log_path})"
+    return f"{what} failed with exit code {rc}{_log_error(log_path)} (log: {log_path})"
+
+
+def _log_error(log_path: Path) -> str:
+    """The first ``[ERROR]:``/``ERROR!`` message in the log (one line), else its last line."""
+    try:
+        lines = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    for i, line in enumerate(lines):
+        if line.startswith(("[ERROR]:", "ERROR!")):
+            msg = line.split(":", 1)[1] if line.startswith("[ERROR]") else line[6:]
+            for nxt in lines[i + 1:i + 3]:
+                if nxt.startswith(("Origin:", "Traceback", "<<<", "[")):
+                    break
+                msg += " " + nxt
+            return ": " + " ".join(msg.split())[:300]
+    return ": " + " ".join(lines[-1].split())[:300] if lines else ""
 
 
 def run_playbook(ctx: RunContext, topo: Topology, backend: str, playbook: str,
