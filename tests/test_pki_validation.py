@@ -1,0 +1,91 @@
+"""Bad PKI input fails before anything is generated or any node is touched.
+
+Runs the real playbooks/pki.yml with inventories whose hosts point at a closed port on
+loopback: if validation did not stop the play first, Ansible would report them
+unreachable instead of the expected message, and the PKI directory would exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+
+def _inventory(tmp_path: Path, etcd: dict[str, str], controllers: dict[str, str]) -> Path:
+    unreachable = {"ansible_host": "127.0.0.1", "ansible_port": 1, "ansible_user": "nobody"}
+    inv: dict[str, Any] = {
+        "all": {
+            "vars": {
+                "etcd_tls": True,
+                "pki_dir": str(tmp_path / "pki"),
+                "k0s_tenants": [{"name": "t1", "prefix": "t1", "controllers": list(controllers)}],
+            },
+            "children": {
+                "etcd": {"hosts": {h: {**unreachable, "node_address": a} for h, a in etcd.items()}},
+                "k0s_controller": {
+                    "hosts": {h: {**unreachable, "node_address": a, "k0s_tenant": "t1"}
+                              for h, a in controllers.items()}
+                },
+            },
+        }
+    }
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(inv))
+    return path
+
+
+def _run_pki(inventory: Path, extra: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(REPO / "playbooks" / "pki.yml")]
+    if extra:
+        cmd += ["-e", json.dumps(extra)]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+GOOD_ETCD = {"e1": "10.213.99.11", "e2": "10.213.99.12", "e3": "10.213.99.13"}
+GOOD_CTRL = {"c1": "10.213.99.21"}
+
+
+@pytest.mark.parametrize(
+    ("etcd", "extra", "message"),
+    [
+        (GOOD_ETCD, {"pki_key_type": "dsa-1024"}, "pki_key_type"),
+        ({}, None, "pki_etcd_group: the inventory has no hosts in group 'etcd'"),
+        ({"e1": "10.213.99.11", "e2": "10.213.99.11", "e3": "10.213.99.13"}, None,
+         "node_address: members share an address"),
+        (GOOD_ETCD, {"pki_extra_sans": ["not a name!"]}, "not a name! is neither an IP address nor a DNS name"),
+        (GOOD_ETCD, {"pki_extra_sans_by_host": {"e9": ["etcd.example"]}}, "e9 is not an etcd member"),
+        (GOOD_ETCD, {"pki_cert_validity_days": "soon"}, "pki_cert_validity_days"),
+    ],
+    ids=["unknown-key-type", "no-members", "duplicate-address", "bad-san", "san-for-unknown-member",
+         "validity-not-int"],
+)
+def test_bad_input_fails_before_any_change(tmp_path: Path, etcd: dict[str, str],
+                                           extra: dict[str, Any] | None, message: str) -> None:
+    result = _run_pki(_inventory(tmp_path, etcd, GOOD_CTRL), extra)
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, output
+    assert message in output, output
+    assert "UNREACHABLE" not in output, "validation ran after a node was contacted"
+    assert not (tmp_path / "pki").exists(), "PKI files were generated despite bad input"
+
+
+def test_good_input_reaches_the_nodes(tmp_path: Path) -> None:
+    """Control case: valid input passes validation, generates the PKI, then fails only
+    because the (closed-port) nodes are unreachable."""
+    result = _run_pki(_inventory(tmp_path, GOOD_ETCD, GOOD_CTRL))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "UNREACHABLE" in output, output
+    assert (tmp_path / "pki" / "ca.crt").is_file()
+    assert oct((tmp_path / "pki" / "ca.key").stat().st_mode & 0o777) == "0o600"
