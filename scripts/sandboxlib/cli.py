@@ -29,6 +29,14 @@ VAGRANT_MISSING = ("vagrant is not installed: apt-get install vagrant vagrant-li
                    "(or use --backend podman)")
 PODMAN_MISSING = ("podman is not installed: apt-get install podman runc netavark aardvark-dns "
                   "mmdebstrap (scripts/sandbox does it itself when run as root on Debian)")
+EXAMPLES = """examples:
+  scripts/sandbox up                          # inventories/default.yml on podman
+  scripts/sandbox up -t multi-tenant          # another shipped topology (or a path)
+  scripts/sandbox etcdctl member list -w table
+  scripts/sandbox kubectl --tenant k0s-tenant get --raw=/readyz
+  scripts/sandbox down --purge
+
+docs/cli.md has the details."""
 DEFAULT_UNITS = {"etcd": "etcd", "k0s_controller": "k0scontroller", "lb": "haproxy"}
 
 
@@ -256,7 +264,8 @@ def build_parser() -> Parser:
     common.add_argument("--backend", "-b", choices=BACKENDS,
                         help="podman (system containers, default) or vagrant (VMs)")
     p = Parser(prog="scripts/sandbox",
-               description="k0s on an external etcd cluster: a sandbox on podman or Vagrant.")
+               description="k0s on an external etcd cluster: a sandbox on podman or Vagrant.",
+               epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
 
