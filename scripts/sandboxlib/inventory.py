@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .topology import BACKENDS, Topology, TopologyError
+from .topology import BACKENDS, REPO_ROOT, Topology, TopologyError
 
 SSH_OPTS = ("-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
             "-o LogLevel=ERROR -o ConnectTimeout=10")
@@ -26,8 +26,12 @@ def selected_backend(explicit: str | None = None) -> str:
 
 
 def vagrant_key(topo: Topology, node: str) -> str:
-    """The per-machine key Vagrant made, else Vagrant's insecure key."""
-    root = Path(os.environ.get("VAGRANT_DOTFILE_PATH", topo.path.parents[1] / ".vagrant"))
+    """The per-machine key Vagrant made, else Vagrant's insecure key.
+
+    Vagrant's state dir is VAGRANT_DOTFILE_PATH (relative to the Vagrantfile's directory,
+    the repository root), else .vagrant there, whatever directory the topology file is in.
+    """
+    root = REPO_ROOT / os.environ.get("VAGRANT_DOTFILE_PATH", ".vagrant")
     for provider in ("libvirt", "virtualbox"):
         key = root / "machines" / node / provider / "private_key"
         if key.is_file():
