@@ -54,6 +54,7 @@ def run_sandbox(args: list[str], state_dir: Path, *, timeout: float = 60,
     """Run scripts/sandbox as a user would, with its own state dir."""
     full_env = dict(os.environ, SANDBOX_STATE_DIR=str(state_dir))
     full_env.pop("SANDBOX_BACKEND", None)
+    full_env.pop("SANDBOX_TOPOLOGY", None)
     if env:
         full_env.update(env)
     return subprocess.run([str(SCRIPTS / "sandbox"), *args], cwd=REPO_ROOT, env=full_env,

@@ -1,8 +1,8 @@
 """``scripts/sandbox``: bring the k0s external-etcd sandbox up, inspect it, take it down.
 
 Every command takes ``--topology`` (a name from inventories/ or a path) and ``--backend``;
-without them it uses the sandbox ``up`` remembered in ``.sandbox/current`` (or ``default``
-on podman). Errors print one line ``sandbox: error: ...`` and exit non-zero: 2 for bad
+without them: ``SANDBOX_TOPOLOGY``, else the sandbox ``up`` remembered in
+``.sandbox/current``, else ``default`` on podman. Errors print one line ``sandbox: error: ...`` and exit non-zero: 2 for bad
 input (nothing changed), 1 when a step failed.
 """
 
@@ -83,9 +83,11 @@ class Sandbox:
 
 
 def resolve(args: argparse.Namespace) -> Sandbox:
-    """The topology and backend from the flags, else .sandbox/current, else defaults."""
+    """The topology and backend from the flags, else SANDBOX_TOPOLOGY (as the Vagrantfile
+    reads it), else .sandbox/current, else defaults."""
     current = read_current()
-    name = args.topology or current.get("topology") or "default"
+    name = (args.topology or os.environ.get("SANDBOX_TOPOLOGY") or current.get("topology")
+            or "default")
     topo = load(name)
     backend = args.backend
     if backend is None and current.get("topology") == str(topo.path):
@@ -100,6 +102,9 @@ def resolve(args: argparse.Namespace) -> Sandbox:
 def need_tool(backend: str) -> None:
     if backend == "vagrant" and shutil.which("vagrant") is None:
         raise UsageError(VAGRANT_MISSING)
+    if backend == "vagrant" and not (REPO_ROOT / "Vagrantfile").is_file():
+        raise UsageError("no Vagrantfile in this checkout: the vagrant backend is not "
+                         "available (use --backend podman)")
     if backend == "podman" and shutil.which("podman") is None:
         raise UsageError(PODMAN_MISSING)
 

@@ -7,6 +7,7 @@ is read-only and quick; it works when nothing is up (every node "not created").
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -75,9 +76,7 @@ def _podman_states(topo: Topology) -> tuple[dict[str, str], str]:
 def _vagrant_states(topo: Topology) -> dict[str, str]:
     if shutil.which("vagrant") is None:
         return {n.name: "vagrant missing" for n in topo.nodes}
-    import os
-
-    import vagrant
+    import vagrant  # python-vagrant, needed only for this backend
 
     env = dict(os.environ, SANDBOX_TOPOLOGY=str(topo.path))
     try:
