@@ -59,8 +59,8 @@ def test_good_plain_config_passes() -> None:
         ({"endpoints": ["https://10.0.0.11:2379"], "etcdPrefix": "", **TLS},
          "spec.storage.etcd.externalCluster.etcdPrefix cannot be empty"),
         ({"endpoints": ["https://10.0.0.11:2379"], "etcdPrefix": "p", "caFile": "/ca.crt"},
-         "spec.storage.etcd.externalCluster is invalid: all TLS properties "
-         "[caFile,clientCertFile,clientKeyFile] must be defined or none of those"),
+         ("spec.storage.etcd.externalCluster is invalid: all TLS properties "
+          "[caFile,clientCertFile,clientKeyFile] must be defined or none of those")),
         ({"endpoints": ["https://10.0.0.11:2379"], "etcdPrefix": "p"},
          "https:// endpoints need caFile, clientCertFile and clientKeyFile"),
         ({"endpoints": ["10.0.0.11:2379"], "etcdPrefix": "p"},

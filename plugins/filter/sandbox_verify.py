@@ -1,0 +1,108 @@
+"""Filters for playbooks/verify.yml: turn etcdctl/probe/process output into checks.
+
+A check is {"name": str, "ok": bool, "detail": str}; the report is the list of them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Check = dict[str, Any]
+ON = ("true", "1")
+
+
+def _check(name: str, ok: bool, detail: str = "") -> Check:
+    return {"name": name, "ok": bool(ok), "detail": detail}
+
+
+def _loads(text: str, default: Any) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return default
+
+
+def sandbox_cluster_checks(outputs: list[str], members: list[str]) -> list[Check]:
+    """outputs: etcdctl -w json of endpoint health --cluster, member list, endpoint status
+    --cluster, endpoint hashkv --cluster (in that order)."""
+    health = _loads(outputs[0], [])
+    listed = _loads(outputs[1], {}).get("members", [])
+    status = _loads(outputs[2], [])
+    hashkv = _loads(outputs[3], [])
+    leaders = {s.get("Status", {}).get("leader") for s in status}
+    hashes = {h.get("HashKV", {}).get("hash") for h in hashkv}
+    names = sorted(m.get("name", "") for m in listed)
+    return [
+        _check("every member healthy",
+               len(health) == len(members) and all(h.get("health") for h in health),
+               ", ".join(f"{h.get('endpoint')}={h.get('health')}" for h in health)),
+        _check("member list has every member started", names == sorted(members),
+               ", ".join(n or "(unstarted)" for n in names)),
+        _check("a leader is present", len(leaders) == 1 and 0 not in leaders and None not in leaders,
+               f"leader ids {sorted(f'{x:x}' for x in leaders if isinstance(x, int))}"),
+        _check("hashkv equal on all members", len(hashkv) == len(members) and len(hashes) == 1,
+               f"{len(hashes)} distinct hash(es) over {len(hashkv)} endpoint(s)"),
+    ]
+
+
+def sandbox_probe_checks(results: list[dict[str, Any]], host: str) -> list[Check]:
+    """Results of the tls_probe.py loop: each item has name and expect (True = must work)."""
+    checks = []
+    for r in results:
+        if r.get("skipped"):
+            continue
+        out = _loads(r.get("stdout", ""), {"ok": False, "detail": r.get("stderr", "no output")})
+        item = r["item"]
+        checks.append(_check(f"{host}: {item['name']}", out.get("ok") == item["expect"],
+                             out.get("detail", "")))
+    return checks
+
+
+def sandbox_cis_checks(lines: list[str], host: str, tls: bool) -> list[Check]:
+    """CIS etcd 2.1-2.6 from the running process's ETCD_* environment and command line,
+    plus its data dir (line 'DATADIR <mode> <owner>')."""
+    env = dict(line.split("=", 1) for line in lines if line.startswith("ETCD_") and "=" in line)
+    cmdline = " ".join(line for line in lines if not line.startswith(("ETCD_", "DATADIR")))
+    datadir = next((line for line in lines if line.startswith("DATADIR")), "DATADIR missing")
+    checks = [_check(f"{host}: data dir 0700 owned by etcd", datadir == "DATADIR 700 etcd", datadir)]
+    if not tls:
+        return checks
+    def on(key: str) -> bool:
+        return env.get(key, "").lower() in ON
+    return checks + [
+        _check(f"{host}: CIS 2.1 cert-file and key-file set",
+               bool(env.get("ETCD_CERT_FILE")) and bool(env.get("ETCD_KEY_FILE"))),
+        _check(f"{host}: CIS 2.2 client-cert-auth=true", on("ETCD_CLIENT_CERT_AUTH")),
+        _check(f"{host}: CIS 2.3 auto-tls not true",
+               not on("ETCD_AUTO_TLS") and "--auto-tls" not in cmdline),
+        _check(f"{host}: CIS 2.4 peer-cert-file and peer-key-file set",
+               bool(env.get("ETCD_PEER_CERT_FILE")) and bool(env.get("ETCD_PEER_KEY_FILE"))),
+        _check(f"{host}: CIS 2.5 peer-client-cert-auth=true", on("ETCD_PEER_CLIENT_CERT_AUTH")),
+        _check(f"{host}: CIS 2.6 peer-auto-tls not true",
+               not on("ETCD_PEER_AUTO_TLS") and "--peer-auto-tls" not in cmdline),
+    ]
+
+
+def sandbox_cert_days(infos: list[dict[str, Any]], now_epoch: float) -> list[dict[str, Any]]:
+    """Days until each certificate (x509_certificate_info results) expires."""
+    import datetime as dt
+
+    out = []
+    for info in infos:
+        not_after = dt.datetime.strptime(info["not_after"], "%Y%m%d%H%M%SZ").replace(
+            tzinfo=dt.UTC)
+        days = int((not_after.timestamp() - float(now_epoch)) // 86400)
+        out.append({"file": info["item"], "subject": info.get("subject", {}).get("commonName", ""),
+                    "not_after": not_after.isoformat(), "days_left": days})
+    return out
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "sandbox_cluster_checks": sandbox_cluster_checks,
+            "sandbox_probe_checks": sandbox_probe_checks,
+            "sandbox_cis_checks": sandbox_cis_checks,
+            "sandbox_cert_days": sandbox_cert_days,
+        }
