@@ -98,6 +98,16 @@ def sandbox_cert_days(infos: list[dict[str, Any]], now_epoch: float) -> list[dic
     return out
 
 
+def sandbox_check_lines(checks: list[Check]) -> list[str]:
+    """One line per check: PASS / FAIL / SKIP, name and detail."""
+    lines = []
+    for c in checks:
+        word = "SKIP" if c.get("skipped") else ("PASS" if c.get("ok") else "FAIL")
+        detail = f" ({c['detail']})" if c.get("detail") and (word != "PASS") else ""
+        lines.append(f"{word}  {c['name']}{detail}")
+    return lines
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -105,4 +115,5 @@ class FilterModule:
             "sandbox_probe_checks": sandbox_probe_checks,
             "sandbox_cis_checks": sandbox_cis_checks,
             "sandbox_cert_days": sandbox_cert_days,
+            "sandbox_check_lines": sandbox_check_lines,
         }
