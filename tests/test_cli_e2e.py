@@ -28,6 +28,9 @@ TOPOLOGY = {
         {"name": "cli-k0s-1", "groups": ["k0s_controller"], "host": 21},
     ],
     "tenants": [{"name": "cli-tenant", "prefix": "cli-tenant", "controllers": ["cli-k0s-1"]}],
+    # Offline: Debian's etcd, and a closed loopback port for the k0s download.
+    "vars": {"etcd_install_method": "package",
+             "k0s_download_base_url": "http://127.0.0.1:9/k0s-releases"},
 }
 UP_TIMEOUT = 1800
 

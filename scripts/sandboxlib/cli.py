@@ -116,9 +116,28 @@ def remember(sb: Sandbox) -> None:
 
 
 # -- commands ----------------------------------------------------------------------------
+def up_extra_vars(args: argparse.Namespace) -> dict[str, Any]:
+    """Variables ``up`` passes to site.yml: the sandbox carries on without a k0s binary
+    (k0s is prepared, not started) and, unless told otherwise, falls back to the
+    distribution's etcd when the release tarball cannot be downloaded."""
+    extra: dict[str, Any] = {"k0s_binary_missing": "warn", "etcd_release_fallback": "package"}
+    if args.etcd_install:
+        extra["etcd_install_method"] = args.etcd_install
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--set {item}: use --set VARIABLE=VALUE (VALUE is YAML)")
+        try:
+            extra[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise UsageError(f"--set {item}: VALUE is not valid YAML ({exc})") from None
+    return extra
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     sb = resolve(args)
     need_tool(sb.backend)
+    extra = up_extra_vars(args)
     remember(sb)
     t0 = time.time()
     print(f"sandbox: up '{sb.topo.name}' ({sb.backend}; {len(sb.topo.nodes)} nodes)",
@@ -127,8 +146,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
         if sb.backend == "podman":
             runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
-            runner.run_playbook(ctx, sb.topo, sb.backend, "site.yml")
+            runner.run_playbook(ctx, sb.topo, sb.backend, "site.yml", extra)
         else:
+            os.environ["SANDBOX_EXTRA_VARS"] = json.dumps(extra)
             runner.vagrant_run(ctx, sb.topo, "up")
     print(f"sandbox: up finished in {time.time() - t0:.0f}s\n")
     print(report.render(report.collect(sb.topo, sb.backend)))
@@ -279,7 +299,14 @@ def build_parser() -> Parser:
         sp.set_defaults(func=func)
         return sp
 
-    add("up", "create the nodes and run playbooks/site.yml", cmd_up)
+    u = add("up", "create the nodes and run playbooks/site.yml", cmd_up)
+    u.add_argument("--etcd-install", choices=("release", "package", "archive"),
+                   help="how etcd gets onto the members (default: the topology's, else "
+                        "release, falling back to the distribution package when the "
+                        "release cannot be downloaded)")
+    u.add_argument("--set", action="append", metavar="VAR=VALUE",
+                   help="a role variable for this run (VALUE is YAML; repeatable), e.g. "
+                        "--set etcd_version=3.5.21 --set k0s_enable_worker=true")
     d = add("down", "remove the sandbox's nodes and network", cmd_down)
     d.add_argument("--purge", action="store_true",
                    help="also remove the sandbox's state dir (SSH key, PKI, logs)")
