@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from . import inventory, remote, report, runner
+from . import day2, inventory, remote, report, runner
 from .topology import BACKENDS, REPO_ROOT, Topology, TopologyError, load
 
 PASSTHROUGH = ("ssh", "etcdctl", "kubectl")
@@ -270,6 +270,22 @@ def cmd_logs(args: argparse.Namespace) -> int:
     remote.exec_ssh(target, shlex.join(cmd))
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    try:
+        counts = sorted({int(x) for x in args.members.split(",") if x.strip()})
+    except ValueError:
+        raise UsageError(f"--members {args.members}: give member counts like 1,3,5,7") from None
+    if not counts or min(counts) < 1 or max(counts) > 7 or args.reps < 1:
+        raise UsageError("--members takes counts from 1 to 7 and --reps at least 1")
+    need_tool("podman")
+    try:
+        return bench.run(args.reps, counts, Path(args.out).resolve(), not args.no_floor)
+    except RuntimeError as exc:
+        raise Failure(str(exc).splitlines()[0] + " (see the output above)") from None
+
+
 def cmd_inventory(args: argparse.Namespace) -> int:
     sb = resolve(args)
     data: dict[str, Any] = inventory.build(sb.topo, sb.backend)
@@ -328,8 +344,17 @@ def build_parser() -> Parser:
     lg.add_argument("unit", metavar="UNIT", nargs="?")
     lg.add_argument("-f", "--follow", action="store_true", help="follow the journal")
     lg.add_argument("-n", "--lines", type=int, default=200, help="lines to show (200)")
+    bn = sub.add_parser("bench", help="measure up/down against the floor (podman)",
+                        description="measure cold/warm up, down and member counts against "
+                                    "the floor (podman; takes a while)")
+    bn.set_defaults(func=cmd_bench)
+    bn.add_argument("--reps", type=int, default=3, help="repetitions per case (3)")
+    bn.add_argument("--members", default="1,3,5,7", help="etcd member counts (1,3,5,7)")
+    bn.add_argument("--out", default=str(REPO_ROOT / "bench"), help="results directory (bench/)")
+    bn.add_argument("--no-floor", action="store_true", help="skip the no-Ansible floor")
     i = add("inventory", "the hosts, groups and variables Ansible gets", cmd_inventory)
     i.add_argument("--json", action="store_true", help="JSON (for the Vagrantfile)")
+    day2.add_commands(add)
     return p
 
 
