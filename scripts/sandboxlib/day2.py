@@ -1,0 +1,111 @@
+"""Day-2 commands on the external etcd: backup, restore, reset, rotate-certs.
+
+Each runs one playbook (``playbooks/<name>.yml``) against the sandbox's topology with the
+same progress output and log as ``up``. k0s refuses ``k0s backup`` and ``k0s etcd ...``
+with an external cluster, so these are the operator's tools. Wired into ``cli.py`` by
+:func:`add_commands`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import report, runner
+
+
+def _cli() -> Any:
+    # cli imports this module; import it lazily for resolve() and its exception types.
+    from . import cli
+
+    return cli
+
+
+def _run(args: argparse.Namespace, command: str, playbook: str,
+         extra: dict[str, Any]) -> tuple[Any, float]:
+    cli = _cli()
+    sb = cli.resolve(args)
+    cli.need_tool(sb.backend)
+    t0 = time.time()
+    with runner.run_context(sb.topo, command) as ctx:
+        print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
+        runner.run_playbook(ctx, sb.topo, sb.backend, playbook, extra)
+    return sb, time.time() - t0
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_snapshot(path: Path) -> str:
+    """The snapshot's sha256 when it matches ``<path>.sha256``; else a UsageError."""
+    cli = _cli()
+    if not path.is_file():
+        raise cli.UsageError(f"restore: snapshot '{path}' not found; give a file made by "
+                             "scripts/sandbox backup (.sandbox/<name>/backups/etcd-*.db)")
+    sums = path.with_name(path.name + ".sha256")
+    if not sums.is_file():
+        raise cli.UsageError(f"restore: '{sums}' is missing: without the checksum written at "
+                             "backup time the snapshot cannot be checked (write it with "
+                             f"'sha256sum {path.name} > {sums.name}' if you trust the file)")
+    fields = sums.read_text().split()
+    actual = sha256_of(path)
+    if not fields or fields[0] != actual:
+        raise cli.UsageError(f"restore: {path.name} has sha256 {actual} but {sums.name} says "
+                             f"'{fields[0] if fields else ''}': the snapshot is corrupt or not "
+                             "the one backed up; nothing was changed")
+    return actual
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    extra: dict[str, Any] = {"etcd_backup_stamp": stamp}
+    if args.member:
+        extra["etcd_backup_member"] = args.member
+    if args.dir:
+        extra["etcd_backup_dir"] = str(Path(args.dir).resolve())
+    sb, took = _run(args, "backup", "backup.yml", extra)
+    out_dir = Path(args.dir).resolve() if args.dir else sb.topo.state_dir / "backups"
+    snap = out_dir / f"etcd-{stamp}.db"
+    print(f"sandbox: backup written in {took:.0f}s: {report.display_path(snap)} "
+          f"(sha256 {sha256_of(snap)}; {snap.stat().st_size} bytes)\n"
+          f"    restore it with: scripts/sandbox restore {report.display_path(snap)}")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    path = Path(args.file).resolve()
+    digest = check_snapshot(path)
+    print(f"sandbox: restoring {report.display_path(path)} (sha256 {digest[:12]}...): "
+          "k0s controllers and every etcd member stop, the snapshot replaces the data",
+          flush=True)
+    extra: dict[str, Any] = {"etcd_restore_file": str(path)}
+    if args.keep_old:
+        extra["etcd_restore_keep_old"] = True
+    _, took = _run(args, "restore", "restore.yml", extra)
+    print(f"sandbox: restore finished in {took:.0f}s; cluster healthy, hashkv equal on every "
+          "member (scripts/sandbox etcdctl endpoint status --cluster -w table)")
+    return 0
+
+
+def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> None:
+    """Register the day-2 subcommands with cli.build_parser's ``add``."""
+    b = add("backup", "etcdctl snapshot save on one healthy member, fetched with its sha256",
+            cmd_backup)
+    b.add_argument("--dir", metavar="DIR",
+                   help="control-node directory (default .sandbox/<name>/backups)")
+    b.add_argument("--member", metavar="NODE", help="member to snapshot (default: the "
+                   "first healthy one)")
+    r = add("restore", "restore a snapshot on every member (stops k0s and etcd)", cmd_restore)
+    r.add_argument("file", metavar="FILE", help="a snapshot made by backup (FILE.sha256 "
+                   "beside it)")
+    r.add_argument("--keep-old", action="store_true",
+                   help="keep each member's old data dir (<data dir>.pre-restore-<time>)")
