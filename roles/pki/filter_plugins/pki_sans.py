@@ -14,8 +14,7 @@ _DNS_RE = re.compile(
 def _classify(value: Any) -> str | None:
     text = str(value).strip()
     for prefix in ("IP:", "DNS:"):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
+        text = text.removeprefix(prefix)
     try:
         return f"IP:{ipaddress.ip_address(text)}"
     except ValueError:
