@@ -83,6 +83,7 @@ def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
                            "address": n.address(backend), "groups": list(n.groups)}
                           for n in topo.nodes],
         "etcd_tls": topo.tls,
+        "etcd_allow_even": topo.allow_even_etcd,
         "k0s_tenants": [{"name": t.name, "prefix": t.prefix, "controllers": list(t.controllers),
                          **({"vars": t.vars} if t.vars else {})} for t in topo.tenants],
         "pki_dir": str(state / "pki"),

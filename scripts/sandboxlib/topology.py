@@ -70,6 +70,7 @@ class Topology:
     vagrant: dict[str, Any]
     description: str = ""
     warnings: tuple[str, ...] = ()
+    allow_even_etcd: bool = False
 
     def group(self, group: str) -> list[Node]:
         return [n for n in self.nodes if group in n.groups]
@@ -276,7 +277,8 @@ def parse(data: Any, path: Path) -> Topology:
     _require(isinstance(vagrant, dict), "vagrant: a mapping (box, memory, cpus)")
     return Topology(name=name, path=path, tls=tls, networks=nets, nodes=tuple(nodes),
                     tenants=tuple(tenants), vars=tvars, vagrant=vagrant,
-                    description=str(data.get("description", "")), warnings=tuple(warnings))
+                    description=str(data.get("description", "")), warnings=tuple(warnings),
+                    allow_even_etcd=allow_even)
 
 
 def resolve_path(name_or_path: str) -> Path:
