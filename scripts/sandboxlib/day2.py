@@ -96,6 +96,35 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reset(args: argparse.Namespace) -> int:
+    cli = _cli()
+    extra: dict[str, Any] = {}
+    if args.tenant:
+        sb = cli.resolve(args)
+        names = [t.name for t in sb.topo.tenants]
+        if args.tenant not in names:
+            raise cli.UsageError(f"reset --tenant: no tenant '{args.tenant}' in topology "
+                                 f"'{sb.topo.name}'; tenants: {', '.join(names) or 'none'}")
+        if args.pki:
+            raise cli.UsageError("reset: --pki goes with a full reset, not with --tenant")
+        extra["reset_tenant"] = args.tenant
+    if args.pki:
+        extra["reset_pki"] = True
+    _, took = _run(args, "reset", "reset.yml", extra)
+    what = (f"tenant {args.tenant} reset (k0s reset, its keys deleted from etcd)"
+            if args.tenant else "k0s, etcd and the certificates removed from the nodes"
+            + ("; the control node's PKI removed" if args.pki else "; PKI kept"))
+    print(f"sandbox: {what} in {took:.0f}s (scripts/sandbox down removes the nodes)")
+    return 0
+
+
+def cmd_rotate_certs(args: argparse.Namespace) -> int:
+    _, took = _run(args, "rotate-certs", "rotate-certs.yml", {})
+    print(f"sandbox: member and client certificates re-issued and in use in {took:.0f}s "
+          "(no restart; scripts/sandbox verify shows their expiry)")
+    return 0
+
+
 def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> None:
     """Register the day-2 subcommands with cli.build_parser's ``add``."""
     b = add("backup", "etcdctl snapshot save on one healthy member, fetched with its sha256",
@@ -109,3 +138,11 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
                    "beside it)")
     r.add_argument("--keep-old", action="store_true",
                    help="keep each member's old data dir (<data dir>.pre-restore-<time>)")
+    z = add("reset", "remove k0s, etcd and certificates from the nodes (or one tenant)",
+            cmd_reset)
+    z.add_argument("--tenant", metavar="T", help="reset only this tenant: k0s reset on its "
+                   "controllers and its keys deleted from etcd")
+    z.add_argument("--pki", action="store_true",
+                   help="also remove the control node's PKI (.sandbox/<name>/pki)")
+    add("rotate-certs", "re-issue member and client certificates (same CA, no restart)",
+        cmd_rotate_certs)

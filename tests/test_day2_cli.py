@@ -1,0 +1,67 @@
+"""scripts/sandbox backup/restore/reset/rotate-certs: bad input fails with one line, exit 2,
+before any playbook runs (no log, no node contacted). The operations themselves are tested
+on real etcd by the Molecule scenarios etcd_backup and etcd_rbac."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import base_topology, run_sandbox
+
+
+def _one_line_error(res: subprocess.CompletedProcess[str]) -> str:
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if not ln.startswith("bootstrap:")]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("sandbox: error: ")
+    return lines[0]
+
+
+def _topology(write_topology: Callable[..., Path], name: str) -> Path:
+    doc = base_topology()
+    doc["name"] = name
+    return write_topology(doc)
+
+
+def test_restore_missing_file(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    topo = _topology(write_topology, "t-day2-a")
+    res = run_sandbox(["restore", "-t", str(topo), str(tmp_path / "none.db")], tmp_path)
+    assert "not found" in _one_line_error(res)
+    assert not (tmp_path / "t-day2-a" / "logs").exists()
+
+
+def test_restore_without_checksum(tmp_path: Path,
+                                  write_topology: Callable[..., Path]) -> None:
+    topo = _topology(write_topology, "t-day2-b")
+    snap = tmp_path / "etcd-x.db"
+    snap.write_bytes(b"not really a snapshot")
+    res = run_sandbox(["restore", "-t", str(topo), str(snap)], tmp_path)
+    assert "etcd-x.db.sha256' is missing" in _one_line_error(res)
+
+
+def test_restore_wrong_checksum(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    topo = _topology(write_topology, "t-day2-c")
+    snap = tmp_path / "etcd-x.db"
+    snap.write_bytes(b"snapshot bytes")
+    (tmp_path / "etcd-x.db.sha256").write_text("0" * 64 + "  etcd-x.db\n")
+    res = run_sandbox(["restore", "-t", str(topo), str(snap)], tmp_path)
+    line = _one_line_error(res)
+    assert hashlib.sha256(b"snapshot bytes").hexdigest() in line
+    assert "corrupt" in line and "nothing was changed" in line
+    assert not (tmp_path / "t-day2-c" / "logs").exists()
+
+
+def test_reset_unknown_tenant(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    topo = _topology(write_topology, "t-day2-d")
+    res = run_sandbox(["reset", "-t", str(topo), "--tenant", "nope"], tmp_path)
+    line = _one_line_error(res)
+    assert "no tenant 'nope'" in line and "tenants: ta" in line
+
+
+def test_reset_tenant_with_pki(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    topo = _topology(write_topology, "t-day2-e")
+    res = run_sandbox(["reset", "-t", str(topo), "--tenant", "ta", "--pki"], tmp_path)
+    assert "--pki goes with a full reset" in _one_line_error(res)
