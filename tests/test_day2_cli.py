@@ -65,3 +65,17 @@ def test_reset_tenant_with_pki(tmp_path: Path, write_topology: Callable[..., Pat
     topo = _topology(write_topology, "t-day2-e")
     res = run_sandbox(["reset", "-t", str(topo), "--tenant", "ta", "--pki"], tmp_path)
     assert "--pki goes with a full reset" in _one_line_error(res)
+
+
+def test_replace_member_not_a_member(tmp_path: Path,
+                                     write_topology: Callable[..., Path]) -> None:
+    topo = _topology(write_topology, "t-day2-f")
+    res = run_sandbox(["replace-member", "-t", str(topo), "c1"], tmp_path)
+    line = _one_line_error(res)
+    assert "'c1' is not an etcd member" in line and "members: e1" in line
+
+
+def test_replace_member_single(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    topo = _topology(write_topology, "t-day2-g")
+    res = run_sandbox(["replace-member", "-t", str(topo), "e1"], tmp_path)
+    assert "restore a backup instead" in _one_line_error(res)

@@ -1,4 +1,4 @@
-"""Day-2 commands on the external etcd: backup, restore, reset, rotate-certs.
+"""Day-2 commands on the external etcd: backup, restore, reset, replace-member, rotate-certs.
 
 Each runs one playbook (``playbooks/<name>.yml``) against the sandbox's topology with the
 same progress output and log as ``up``. k0s refuses ``k0s backup`` and ``k0s etcd ...``
@@ -125,6 +125,23 @@ def cmd_rotate_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replace_member(args: argparse.Namespace) -> int:
+    cli = _cli()
+    sb = cli.resolve(args)
+    members = [n.name for n in sb.topo.group("etcd")]
+    if args.member not in members:
+        raise cli.UsageError(f"replace-member: '{args.member}' is not an etcd member of "
+                             f"'{sb.topo.name}'; members: {', '.join(members)}")
+    if len(members) < 3:
+        raise cli.UsageError(f"replace-member: '{sb.topo.name}' has {len(members)} member(s); "
+                             "replacing one needs the others' quorum (3 or more): restore a "
+                             "backup instead")
+    _, took = _run(args, "replace-member", "replace-member.yml",
+                   {"etcd_replace_member": args.member})
+    print(f"sandbox: {args.member} removed, added again and synced in {took:.0f}s")
+    return 0
+
+
 def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> None:
     """Register the day-2 subcommands with cli.build_parser's ``add``."""
     b = add("backup", "etcdctl snapshot save on one healthy member, fetched with its sha256",
@@ -144,5 +161,8 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
                    "controllers and its keys deleted from etcd")
     z.add_argument("--pki", action="store_true",
                    help="also remove the control node's PKI (.sandbox/<name>/pki)")
+    m = add("replace-member", "re-join a member whose data was lost (member remove/add)",
+            cmd_replace_member)
+    m.add_argument("member", metavar="MEMBER", help="the etcd member to replace")
     add("rotate-certs", "re-issue member and client certificates (same CA, no restart)",
         cmd_rotate_certs)
