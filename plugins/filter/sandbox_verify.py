@@ -46,17 +46,10 @@ def sandbox_cluster_checks(outputs: list[str], members: list[str]) -> list[Check
     ]
 
 
-def sandbox_probe_checks(results: list[dict[str, Any]], host: str) -> list[Check]:
-    """Results of the tls_probe.py loop: each item has name and expect (True = must work)."""
-    checks = []
-    for r in results:
-        if r.get("skipped"):
-            continue
-        out = _loads(r.get("stdout", ""), {"ok": False, "detail": r.get("stderr", "no output")})
-        item = r["item"]
-        checks.append(_check(f"{host}: {item['name']}", out.get("ok") == item["expect"],
-                             out.get("detail", "")))
-    return checks
+def sandbox_probe_checks(probes: list[dict[str, Any]], host: str) -> list[Check]:
+    """Probes from verify_member.py: name, expect (True = must work), ok, detail."""
+    return [_check(f"{host}: {p['name']}", p.get("ok") == p["expect"], p.get("detail", ""))
+            for p in probes]
 
 
 def sandbox_cis_checks(lines: list[str], host: str, tls: bool) -> list[Check]:
@@ -84,16 +77,21 @@ def sandbox_cis_checks(lines: list[str], host: str, tls: bool) -> list[Check]:
     ]
 
 
-def sandbox_cert_days(infos: list[dict[str, Any]], now_epoch: float) -> list[dict[str, Any]]:
-    """Days until each certificate (x509_certificate_info results) expires."""
+def sandbox_cert_days(pki_dir: str, now_epoch: float) -> list[dict[str, Any]]:
+    """Days until each certificate (*.crt under pki_dir, read in-process) expires."""
     import datetime as dt
+    from pathlib import Path
+
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
 
     out = []
-    for info in infos:
-        not_after = dt.datetime.strptime(info["not_after"], "%Y%m%d%H%M%SZ").replace(
-            tzinfo=dt.UTC)
+    for path in sorted(Path(pki_dir).rglob("*.crt")):
+        cert = x509.load_pem_x509_certificate(path.read_bytes())
+        not_after = cert.not_valid_after_utc.astimezone(dt.UTC)
+        cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
         days = int((not_after.timestamp() - float(now_epoch)) // 86400)
-        out.append({"file": info["item"], "subject": info.get("subject", {}).get("commonName", ""),
+        out.append({"file": str(path), "subject": str(cns[0].value) if cns else "",
                     "not_after": not_after.isoformat(), "days_left": days})
     return out
 

@@ -84,9 +84,10 @@ class Bench:
         return out
 
     def record(self, case: str, members: int, rep: int, seconds: float, **extra: Any) -> None:
-        row = {"case": case, "members": members, "rep": rep, "seconds": round(seconds, 1), **extra}
+        row = {"case": case, "members": members, "rep": rep, "seconds": round(seconds, 1),
+               "load1": round(os.getloadavg()[0], 1), **extra}
         self.rows.append(row)
-        print(f"  {case:<10} members={members} rep={rep}: {seconds:6.1f}s "
+        print(f"  {case:<10} members={members} rep={rep}: {seconds:6.1f}s load={row['load1']} "
               f"{' '.join(f'{k}={v}' for k, v in extra.items())}", flush=True)
 
 
@@ -196,7 +197,7 @@ def run(reps: int, counts: list[int], out: Path, with_floor: bool) -> int:
     print(f"bench: {reps} repetition(s); member counts {counts}; results in {out}", flush=True)
     subprocess.run([str(REPO_ROOT / "scripts" / "build-image")], check=True, capture_output=True)
     etcd_bin = debian_etcd(REPO_ROOT / ".cache") if with_floor else None
-    default = _topology(work, "bench-default", "10.213.91.0/24", None)
+    default = _topology(work, "bench-default", "10.213.150.0/24", None)
     t = ["--topology", str(default)]
     for rep in range(1, reps + 1):
         took, stdout = bench.sandbox("up", *t)
@@ -207,7 +208,7 @@ def run(reps: int, counts: list[int], out: Path, with_floor: bool) -> int:
         took, _ = bench.sandbox("down", "--purge", *t)
         bench.record("down", 3, rep, took)
     for n in counts:
-        topo = _topology(work, f"bench-m{n}", f"10.213.{91 + n}.0/24", n)
+        topo = _topology(work, f"bench-m{n}", f"10.213.{150 + n}.0/24", n)
         t = ["--topology", str(topo)]
         for rep in range(1, reps + 1):
             took, stdout = bench.sandbox("up", *t)

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Everything playbooks/verify.yml checks on one etcd member, in one round trip.
+
+usage: verify_member.py SPEC   (SPEC = base64 of a JSON object)
+  probes:   [{name, url, expect, ca?, cert?, key?}] -- GET URL/version the way a client would;
+            cert/key "@other" = the PEM in $VERIFY_OTHER_CERT / $VERIFY_OTHER_KEY (a client
+            certificate from another CA, written to a 0600 file in /run and removed after)
+  cluster:  ["endpoint health --cluster", ...] -- etcdctl commands run with -w json (the
+            first member only), stdout kept as text
+  settings: true -- the running etcd's ETCD_* settings (from its unit's EnvironmentFiles:
+            /proc/<pid>/environ needs CAP_SYS_PTRACE, which containers lack), its command
+            line and "DATADIR <mode> <owner>" of its data dir
+Prints {"probes": [{name, expect, ok, detail}], "cluster": [str], "settings": [str]}.
+"""
+
+import base64
+import json
+import os
+import pwd
+import re
+import ssl
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+
+
+def probe(p: dict, other: dict) -> dict:
+    url = p["url"]
+    ctx = None
+    if url.startswith("https://"):
+        ctx = ssl.create_default_context(cafile=p.get("ca"))
+        if p.get("cert"):
+            ctx.load_cert_chain(other.get(p["cert"], p["cert"]), other.get(p["key"], p["key"]))
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/version", timeout=5, context=ctx) as resp:
+            body = resp.read(200).decode(errors="replace")
+            ok = resp.status == 200 and "etcdserver" in body
+            detail = f"HTTP {resp.status} {body.strip()}"
+    except (urllib.error.URLError, ssl.SSLError, ConnectionError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        ok, detail = False, f"refused: {type(reason).__name__}: {reason}"
+    return {"name": p["name"], "expect": p["expect"], "ok": ok, "detail": detail}
+
+
+def run(cmd: list[str]) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    return done.stdout.strip()
+
+
+def settings() -> list[str]:
+    files = re.sub(r" \(ignore_errors=[a-z]+\)", "",
+                   run(["systemctl", "show", "-p", "EnvironmentFiles", "--value", "etcd"])).split()
+    lines: list[str] = []
+    for f in files:
+        try:
+            with open(f, encoding="utf-8") as fh:
+                lines += [ln.rstrip("\n") for ln in fh if ln.startswith("ETCD_")]
+        except OSError:
+            pass
+    pid = run(["systemctl", "show", "-p", "MainPID", "--value", "etcd"])
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            lines.append(fh.read().replace(b"\0", b" ").decode(errors="replace").strip())
+    except OSError:
+        lines.append("")
+    data_dir = ([ln.split("=", 1)[1] for ln in lines if ln.startswith("ETCD_DATA_DIR=")]
+                or ["/var/lib/etcd"])[-1]
+    try:
+        st = os.stat(data_dir)
+        lines.append(f"DATADIR {st.st_mode & 0o7777:o} {pwd.getpwuid(st.st_uid).pw_name}")
+    except (OSError, KeyError) as exc:
+        lines.append(f"DATADIR missing ({exc})")
+    return lines
+
+
+def main() -> int:
+    spec = json.loads(base64.b64decode(sys.argv[1]))
+    out: dict = {"probes": [], "cluster": [], "settings": []}
+    with tempfile.TemporaryDirectory(dir="/run" if os.path.isdir("/run") else None) as tmp:
+        other = {}
+        for name, var in (("@other-cert", "VERIFY_OTHER_CERT"), ("@other-key", "VERIFY_OTHER_KEY")):
+            if os.environ.get(var):
+                path = os.path.join(tmp, name.strip("@"))
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(os.environ[var])
+                other[name] = path
+        out["probes"] = [probe(p, other) for p in spec.get("probes", [])]
+    out["cluster"] = [run(["etcdctl", *c.split(), "-w", "json"]) for c in spec.get("cluster", [])]
+    if spec.get("settings"):
+        out["settings"] = settings()
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
