@@ -92,11 +92,14 @@ class Bench:
 
 
 def floor(topo_path: Path, pki: Path, etcd_bin: Path, members: int) -> float:
-    """Containers plus etcd started by hand with the same certificates, until healthy."""
+    """Containers plus etcd started by hand with the same certificates, until healthy.
+
+    Runs after the sandbox is down, on the sandbox's own subnet and member addresses (the
+    certificates name them), with its PKI left in place by ``down``."""
     data = yaml.safe_load(topo_path.read_text())
     name = f"{data['name']}-floor"
     net = data["networks"]["podman"]
-    base = net.rsplit(".", 2)[0] + "." + str(int(net.split(".")[2]) + 100)
+    base = net.rsplit(".", 1)[0]
     image = subprocess.run([str(REPO_ROOT / "scripts" / "build-image")], capture_output=True,
                            text=True, check=True).stdout.strip()
     addrs = [f"{base}.{10 + i}" for i in range(1, members + 1)]
@@ -124,7 +127,8 @@ def floor(topo_path: Path, pki: Path, etcd_bin: Path, members: int) -> float:
                    f"--initial-advertise-peer-urls https://{addr}:2380 --initial-cluster "
                    f"{cluster} --initial-cluster-state new {tls}")
             subprocess.run(["podman", "exec", "-d", f"{name}-{i}", "sh", "-c",
-                            f"exec {cmd} >/var/log/etcd-floor.log 2>&1"], check=True)
+                            f"exec {cmd} >/var/log/etcd-floor.log 2>&1"], check=True,
+                           capture_output=True)
         deadline = time.monotonic() + 120
         while True:
             probe = subprocess.run(
@@ -213,6 +217,7 @@ def run(reps: int, counts: list[int], out: Path, with_floor: bool) -> int:
         for rep in range(1, reps + 1):
             took, stdout = bench.sandbox("up", *t)
             bench.record("cold-up", n, rep, took, **bench.phases(stdout))
+            bench.sandbox("down", *t)  # keeps the PKI for the floor
             if with_floor and etcd_bin is not None:
                 pki = work / "state" / f"bench-m{n}" / "pki"
                 bench.record("floor", n, rep, floor(topo, pki, etcd_bin, n))
