@@ -194,13 +194,8 @@ def plot(rows: list[dict[str, Any]], counts: list[int], path: Path) -> str:
     return f"plot: {path}"
 
 
-def run(reps: int, counts: list[int], out: Path, with_floor: bool) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="sandbox-bench-"))
-    bench = Bench(out, work / "state")
-    print(f"bench: {reps} repetition(s); member counts {counts}; results in {out}", flush=True)
-    subprocess.run([str(REPO_ROOT / "scripts" / "build-image")], check=True, capture_output=True)
-    etcd_bin = debian_etcd(REPO_ROOT / ".cache") if with_floor else None
+def _measure(bench: Bench, work: Path, reps: int, counts: list[int], etcd_bin: Path | None,
+             with_floor: bool) -> None:
     default = _topology(work, "bench-default", "10.213.150.0/24", None)
     t = ["--topology", str(default)]
     for rep in range(1, reps + 1):
@@ -222,6 +217,25 @@ def run(reps: int, counts: list[int], out: Path, with_floor: bool) -> int:
                 pki = work / "state" / f"bench-m{n}" / "pki"
                 bench.record("floor", n, rep, floor(topo, pki, etcd_bin, n))
             bench.sandbox("down", "--purge", *t)
+
+
+def run(reps: int, counts: list[int], out: Path, with_floor: bool) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="sandbox-bench-"))
+    bench = Bench(out, work / "state")
+    print(f"bench: {reps} repetition(s); member counts {counts}; results in {out}", flush=True)
+    subprocess.run([str(REPO_ROOT / "scripts" / "build-image")], check=True, capture_output=True)
+    etcd_bin = debian_etcd(REPO_ROOT / ".cache") if with_floor else None
+    try:
+        _measure(bench, work, reps, counts, etcd_bin, with_floor)
+    except BaseException:  # a failed step leaves no bench sandbox behind
+        for topo in sorted(work.glob("bench-*.yml")):
+            try:
+                bench.sandbox("down", "--purge", "--topology", str(topo))
+            except RuntimeError as exc:
+                print(f"bench: cleanup of {topo.stem} failed: {exc}", file=sys.stderr)
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     (out / "bench.json").write_text(json.dumps(bench.rows, indent=2) + "\n")
     keys = sorted({k for r in bench.rows for k in r})
     with open(out / "bench.csv", "w", newline="", encoding="utf-8") as fh:
