@@ -1,4 +1,5 @@
-"""Day-2 commands on the external etcd: backup, restore, reset, replace-member, rotate-certs.
+"""Day-2 commands on the external etcd: backup, restore, reset, replace-member, rotate-certs,
+add-members.
 
 Each runs one playbook (``playbooks/<name>.yml``) against the sandbox's topology with the
 same progress output and log as ``up``. k0s refuses ``k0s backup`` and ``k0s etcd ...``
@@ -142,6 +143,29 @@ def cmd_replace_member(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_add_members(args: argparse.Namespace) -> int:
+    cli = _cli()
+    sb = cli.resolve(args)
+    cli.need_tool(sb.backend)
+    if sb.backend != "podman":
+        raise cli.UsageError("add-members: with --backend vagrant bring the new VMs up with "
+                             "'vagrant up NODE...', then run ansible-playbook -i TOPOLOGY "
+                             "playbooks/add-members.yml")
+    members = [n.name for n in sb.topo.group("etcd")]
+    print(f"sandbox: add-members '{sb.topo.name}': the topology lists {len(members)} etcd "
+          f"members ({', '.join(members)}); the ones without data join one at a time",
+          flush=True)
+    t0 = time.time()
+    with runner.run_context(sb.topo, "add-members") as ctx:
+        print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
+        runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
+        runner.run_playbook(ctx, sb.topo, sb.backend, "add-members.yml",
+                            {"k0s_binary_missing": "warn"})
+    print(f"sandbox: {len(members)} members started, healthy, hashkv equal, k0s.yaml "
+          f"endpoints updated in {time.time() - t0:.0f}s")
+    return 0
+
+
 def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> None:
     """Register the day-2 subcommands with cli.build_parser's ``add``."""
     b = add("backup", "etcdctl snapshot save on one healthy member, fetched with its sha256",
@@ -166,3 +190,5 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
     m.add_argument("member", metavar="MEMBER", help="the etcd member to replace")
     add("rotate-certs", "re-issue member and client certificates (same CA, no restart)",
         cmd_rotate_certs)
+    add("add-members", "grow etcd to the topology's members (new nodes join one at a time)",
+        cmd_add_members)
