@@ -1,5 +1,5 @@
 """Day-2 commands on the external etcd: backup, restore, reset, replace-member, rotate-certs,
-add-members, takeover.
+add-members, takeover, rotate-ca.
 
 Each runs one playbook (``playbooks/<name>.yml``) against the sandbox's topology with the
 same progress output and log as ``up``. k0s refuses ``k0s backup`` and ``k0s etcd ...``
@@ -126,6 +126,14 @@ def cmd_rotate_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rotate_ca(args: argparse.Namespace) -> int:
+    _, took = _run(args, "rotate-ca", "rotate-ca.yml", {})
+    print(f"sandbox: new etcd CA in use in {took:.0f}s: both CAs trusted while every "
+          "certificate was re-issued, then the old CA dropped (members restarted one at a "
+          "time, twice; the old CA is kept in .sandbox/<name>/pki/pre-ca-rotate-<time>/)")
+    return 0
+
+
 def cmd_replace_member(args: argparse.Namespace) -> int:
     cli = _cli()
     sb = cli.resolve(args)
@@ -233,6 +241,8 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
     m.add_argument("member", metavar="MEMBER", help="the etcd member to replace")
     add("rotate-certs", "re-issue member and client certificates (same CA, no restart)",
         cmd_rotate_certs)
+    add("rotate-ca", "new etcd CA with a period trusting both (rolling restarts)",
+        cmd_rotate_ca)
     add("add-members", "grow etcd to the topology's members (new nodes join one at a time)",
         cmd_add_members)
     t = add("takeover", "restore an embedded k0s cluster's etcd snapshot for a tenant "
