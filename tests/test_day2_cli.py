@@ -14,7 +14,9 @@ from conftest import base_topology, run_sandbox
 
 def _one_line_error(res: subprocess.CompletedProcess[str]) -> str:
     assert res.returncode == 2, (res.stdout, res.stderr)
-    lines = [ln for ln in res.stderr.splitlines() if not ln.startswith("bootstrap:")]
+    # The registry-prefix warning of the takeover tests is not an error line.
+    lines = [ln for ln in res.stderr.splitlines()
+             if not ln.startswith(("bootstrap:", "sandbox: warning: tenants"))]
     assert len(lines) == 1, res.stderr
     assert lines[0].startswith("sandbox: error: ")
     return lines[0]
@@ -79,3 +81,41 @@ def test_replace_member_single(tmp_path: Path, write_topology: Callable[..., Pat
     topo = _topology(write_topology, "t-day2-g")
     res = run_sandbox(["replace-member", "-t", str(topo), "e1"], tmp_path)
     assert "restore a backup instead" in _one_line_error(res)
+
+
+def _registry_topology(write_topology: Callable[..., Path], name: str,
+                       prefix: str = "registry") -> Path:
+    doc = base_topology()
+    doc["name"] = name
+    doc["tenants"][0]["prefix"] = prefix
+    return write_topology(doc)
+
+
+def test_takeover_wrong_prefix(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    topo = _registry_topology(write_topology, "t-day2-h", prefix="k0s")
+    snap = tmp_path / "embedded.db"
+    snap.write_bytes(b"snapshot bytes")
+    res = run_sandbox(["takeover", "-t", str(topo), str(snap), "--tenant", "ta"], tmp_path)
+    line = _one_line_error(res)
+    assert "tenants (ta).prefix is 'k0s' (kube-apiserver uses /k0s/)" in line
+    assert "set prefix: registry for tenant ta" in line and "nothing was changed" in line
+    assert not (tmp_path / "t-day2-h" / "logs").exists()
+
+
+def test_takeover_unknown_tenant(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    topo = _registry_topology(write_topology, "t-day2-i")
+    res = run_sandbox(["takeover", "-t", str(topo), "x.db", "--tenant", "nope"], tmp_path)
+    line = _one_line_error(res)
+    assert "no tenant 'nope'" in line and "tenants: ta" in line
+
+
+def test_takeover_archive_or_missing(tmp_path: Path,
+                                     write_topology: Callable[..., Path]) -> None:
+    topo = _registry_topology(write_topology, "t-day2-j")
+    archive = tmp_path / "k0s_backup_2026.tar.gz"
+    archive.write_bytes(b"archive")
+    res = run_sandbox(["takeover", "-t", str(topo), str(archive), "--tenant", "ta"], tmp_path)
+    assert "extract the etcd snapshot" in _one_line_error(res)
+    res = run_sandbox(["takeover", "-t", str(topo), str(tmp_path / "none.db"),
+                       "--tenant", "ta"], tmp_path)
+    assert "'" + str(tmp_path / "none.db") + "' not found" in _one_line_error(res)

@@ -1,4 +1,5 @@
-"""Day-2 commands on the external etcd: backup, restore, reset, replace-member, rotate-certs.
+"""Day-2 commands on the external etcd: backup, restore, reset, replace-member, rotate-certs,
+add-members, takeover, rotate-ca.
 
 Each runs one playbook (``playbooks/<name>.yml``) against the sandbox's topology with the
 same progress output and log as ``up``. k0s refuses ``k0s backup`` and ``k0s etcd ...``
@@ -125,6 +126,14 @@ def cmd_rotate_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rotate_ca(args: argparse.Namespace) -> int:
+    _, took = _run(args, "rotate-ca", "rotate-ca.yml", {})
+    print(f"sandbox: new etcd CA in use in {took:.0f}s: both CAs trusted while every "
+          "certificate was re-issued, then the old CA dropped (members restarted one at a "
+          "time, twice; the old CA is kept in .sandbox/<name>/pki/pre-ca-rotate-<time>/)")
+    return 0
+
+
 def cmd_replace_member(args: argparse.Namespace) -> int:
     cli = _cli()
     sb = cli.resolve(args)
@@ -139,6 +148,72 @@ def cmd_replace_member(args: argparse.Namespace) -> int:
     _, took = _run(args, "replace-member", "replace-member.yml",
                    {"etcd_replace_member": args.member})
     print(f"sandbox: {args.member} removed, added again and synced in {took:.0f}s")
+    return 0
+
+
+def cmd_add_members(args: argparse.Namespace) -> int:
+    cli = _cli()
+    sb = cli.resolve(args)
+    cli.need_tool(sb.backend)
+    if sb.backend != "podman":
+        raise cli.UsageError("add-members: with --backend vagrant bring the new VMs up with "
+                             "'vagrant up NODE...', then run ansible-playbook -i TOPOLOGY "
+                             "playbooks/add-members.yml")
+    members = [n.name for n in sb.topo.group("etcd")]
+    print(f"sandbox: add-members '{sb.topo.name}': the topology lists {len(members)} etcd "
+          f"members ({', '.join(members)}); the ones without data join one at a time",
+          flush=True)
+    t0 = time.time()
+    with runner.run_context(sb.topo, "add-members") as ctx:
+        print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
+        runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
+        runner.run_playbook(ctx, sb.topo, sb.backend, "add-members.yml",
+                            {"k0s_binary_missing": "warn"})
+    print(f"sandbox: {len(members)} members started, healthy, hashkv equal, k0s.yaml "
+          f"endpoints updated in {time.time() - t0:.0f}s")
+    return 0
+
+
+def check_takeover(args: argparse.Namespace, topo: Any) -> Path:
+    """The snapshot path when the takeover's input is sound; else a UsageError."""
+    cli = _cli()
+    tenants = {t.name: t for t in topo.tenants}
+    if args.tenant not in tenants:
+        raise cli.UsageError(f"takeover --tenant: no tenant '{args.tenant}' in topology "
+                             f"'{topo.name}'; tenants: {', '.join(tenants) or 'none'}")
+    tenant = tenants[args.tenant]
+    if tenant.normalized_prefix != "/registry/":
+        raise cli.UsageError(
+            f"takeover: tenants ({tenant.name}).prefix is '{tenant.prefix}' (kube-apiserver "
+            f"uses {tenant.normalized_prefix}) but k0s with its embedded etcd keeps the cluster "
+            "under /registry/ (k0s#5718): the taken-over cluster would look empty; set "
+            f"prefix: registry for tenant {tenant.name} in {topo.path.name} and run "
+            "scripts/sandbox up first; nothing was changed")
+    path = Path(args.file).resolve()
+    if path.name.endswith((".tar.gz", ".tgz", ".tar")):
+        raise cli.UsageError(f"takeover: '{path.name}' is an archive (k0s backup?): extract "
+                             "the etcd snapshot (the .db file inside) and give that")
+    if not path.is_file():
+        raise cli.UsageError(f"takeover: snapshot '{args.file}' not found; give an etcd "
+                             "snapshot of the embedded cluster (etcdctl snapshot save)")
+    return path
+
+
+def cmd_takeover(args: argparse.Namespace) -> int:
+    cli = _cli()
+    sb = cli.resolve(args)
+    path = check_takeover(args, sb.topo)
+    print(f"sandbox: taking over {report.display_path(path)} for tenant {args.tenant}: "
+          "k0s controllers and every etcd member stop, the snapshot replaces the data",
+          flush=True)
+    extra: dict[str, Any] = {"etcd_takeover_file": str(path),
+                             "etcd_takeover_tenant": args.tenant}
+    if args.replace_all:
+        extra["etcd_takeover_replace_all"] = True
+    _, took = _run(args, "takeover", "takeover.yml", extra)
+    print(f"sandbox: takeover finished in {took:.0f}s; /registry/ is readable with tenant "
+          f"{args.tenant}'s certificate (scripts/sandbox kubectl --tenant {args.tenant} "
+          "get nodes, where k0s runs)")
     return 0
 
 
@@ -166,3 +241,15 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
     m.add_argument("member", metavar="MEMBER", help="the etcd member to replace")
     add("rotate-certs", "re-issue member and client certificates (same CA, no restart)",
         cmd_rotate_certs)
+    add("rotate-ca", "new etcd CA with a period trusting both (rolling restarts)",
+        cmd_rotate_ca)
+    add("add-members", "grow etcd to the topology's members (new nodes join one at a time)",
+        cmd_add_members)
+    t = add("takeover", "restore an embedded k0s cluster's etcd snapshot for a tenant "
+            "(prefix registry)", cmd_takeover)
+    t.add_argument("file", metavar="SNAPSHOT", help="etcd snapshot of k0s's embedded etcd")
+    t.add_argument("--tenant", metavar="T", required=True,
+                   help="the tenant (prefix registry) whose controllers serve it")
+    t.add_argument("--replace-all", action="store_true",
+                   help="replace the whole keyspace even when it holds keys outside "
+                        "/registry/ (other tenants' data)")
