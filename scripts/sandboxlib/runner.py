@@ -168,8 +168,10 @@ def run_playbook(ctx: RunContext, topo: Topology, backend: str, playbook: str,
 
 
 def vagrant_run(ctx: RunContext, topo: Topology, action: str) -> None:
-    """``vagrant up`` (action ``up``) or ``vagrant destroy -f`` (``destroy``) through
-    python-vagrant, with SANDBOX_TOPOLOGY set; raises CommandFailed."""
+    """Through python-vagrant, with SANDBOX_TOPOLOGY set: ``vagrant up --no-provision``
+    (action ``up``: create and boot the VMs), ``vagrant provision`` (``provision``: the
+    Vagrantfile's provisioners, site.yml among them) or ``vagrant destroy -f``
+    (``destroy``); raises CommandFailed."""
     import vagrant  # python-vagrant; imported here so the podman path does not need it
 
     with tempfile.NamedTemporaryFile(prefix="sandbox-result-", suffix=".json",
@@ -188,7 +190,9 @@ def vagrant_run(ctx: RunContext, topo: Topology, action: str) -> None:
         log_fh.write(f"\n$ vagrant {action} (SANDBOX_TOPOLOGY={topo.path})\n")
         log_fh.flush()
         if action == "up":
-            v.up()
+            v.up(provision=False)
+        elif action == "provision":
+            v.provision()
         else:
             v.destroy()
     except subprocess.CalledProcessError as exc:
