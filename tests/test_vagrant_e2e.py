@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, run_sandbox
+from conftest import REPO_ROOT
 from test_cli_e2e import _explain
 
 NAME = "e2e-vagrant-single"
@@ -179,6 +180,30 @@ def _drop_pool() -> None:
     virsh("pool-undefine", POOL)
 
 
+def run_cli(args: list[str], state: Path, env: dict[str, str],
+            timeout: float) -> subprocess.CompletedProcess[str]:
+    """scripts/sandbox in a process group of its own: at the time bound the whole group
+    (vagrant, ansible-playbook) is stopped, not only the CLI, so `down` runs alone."""
+    full_env = dict(env, SANDBOX_STATE_DIR=str(state))
+    proc = subprocess.Popen([str(REPO_ROOT / "scripts" / "sandbox"), *args], cwd=REPO_ROOT,
+                            env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.communicate(timeout=30)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        pytest.fail(f"scripts/sandbox {' '.join(args[:1])} did not finish within "
+                    f"{timeout:.0f} s (stopped; logs in {state})")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def _topology(where: Path) -> Path:
     data = yaml.safe_load((REPO_ROOT / "inventories" / "single.yml").read_text())
     data["name"] = NAME
@@ -203,14 +228,14 @@ def test_single_topology_on_vagrant_libvirt(tmp_path: Path,
     def timed(phase: str, cmd: list[str] | None = None, *, sandbox: list[str] | None = None,
               timeout: float = UP_TIMEOUT) -> subprocess.CompletedProcess[str]:
         t0 = time.time()
-        if sandbox is not None:
-            res = run_sandbox(sandbox, state, timeout=timeout, env=env)
-        else:
+        try:
+            if sandbox is not None:
+                return run_cli(sandbox, state, env, timeout)
             assert cmd is not None
-            res = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True,
-                                 text=True, timeout=timeout, check=False)
-        times[phase] = time.time() - t0
-        return res
+            return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True,
+                                  text=True, timeout=timeout, check=False)
+        finally:
+            times[phase] = time.time() - t0
 
     state = tmp_path / "state"
     path = _topology(tmp_path)
