@@ -148,25 +148,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
             runner.run_playbook(ctx, sb.topo, sb.backend, "site.yml", extra)
         else:
-            vagrant_up(ctx, sb.topo, extra)
+            runner.vagrant_up(ctx, sb.topo, extra)
     print(f"sandbox: up finished in {time.time() - t0:.0f}s\n")
     print(report.render(report.collect(sb.topo, sb.backend)))
     return 0
-
-
-def vagrant_up(ctx: runner.RunContext, topo: Topology, extra: dict[str, Any]) -> None:
-    """The VMs (``vagrant up --no-provision``), then the Vagrantfile's provisioners
-    (``vagrant provision``: site.yml once, for all VMs, with ``extra`` as its variables)."""
-    os.environ["SANDBOX_EXTRA_VARS"] = json.dumps(extra)
-    box = os.environ.get("SANDBOX_BOX") or topo.vagrant.get("box") or "debian/bookworm64"
-    provider = os.environ.get("VAGRANT_DEFAULT_PROVIDER") or "Vagrant's default provider"
-    t0 = time.time()
-    print(f"==> vms: vagrant up --no-provision: {len(topo.nodes)} VMs from box {box} "
-          f"({provider}) ...", flush=True)
-    runner.vagrant_run(ctx, topo, "up")
-    print(f"      ok            {len(topo.nodes)} VMs up ({time.time() - t0:.0f}s)", flush=True)
-    print("==> provision: vagrant provision (playbooks/site.yml on all VMs)", flush=True)
-    runner.vagrant_run(ctx, topo, "provision")
 
 
 def cmd_down(args: argparse.Namespace) -> int:

@@ -202,3 +202,18 @@ def vagrant_run(ctx: RunContext, topo: Topology, action: str) -> None:
     finally:
         log_fh.close()
         result_file.unlink(missing_ok=True)
+
+
+def vagrant_up(ctx: RunContext, topo: Topology, extra: dict[str, Any]) -> None:
+    """The VMs (``vagrant up --no-provision``), then the Vagrantfile's provisioners
+    (``vagrant provision``: site.yml once, for all VMs, with ``extra`` as its variables)."""
+    os.environ["SANDBOX_EXTRA_VARS"] = json.dumps(extra)
+    box = os.environ.get("SANDBOX_BOX") or topo.vagrant.get("box") or "debian/bookworm64"
+    provider = os.environ.get("VAGRANT_DEFAULT_PROVIDER") or "Vagrant's default provider"
+    t0 = time.time()
+    print(f"==> vms: vagrant up --no-provision: {len(topo.nodes)} VMs from box {box} "
+          f"({provider}) ...", flush=True)
+    vagrant_run(ctx, topo, "up")
+    print(f"      ok            {len(topo.nodes)} VMs up ({time.time() - t0:.0f}s)", flush=True)
+    print("==> provision: vagrant provision (playbooks/site.yml on all VMs)", flush=True)
+    vagrant_run(ctx, topo, "provision")
