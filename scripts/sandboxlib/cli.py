@@ -148,8 +148,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
             runner.run_playbook(ctx, sb.topo, sb.backend, "site.yml", extra)
         else:
-            os.environ["SANDBOX_EXTRA_VARS"] = json.dumps(extra)
-            runner.vagrant_run(ctx, sb.topo, "up")
+            runner.vagrant_up(ctx, sb.topo, extra)
     print(f"sandbox: up finished in {time.time() - t0:.0f}s\n")
     print(report.render(report.collect(sb.topo, sb.backend)))
     return 0

@@ -168,8 +168,10 @@ def run_playbook(ctx: RunContext, topo: Topology, backend: str, playbook: str,
 
 
 def vagrant_run(ctx: RunContext, topo: Topology, action: str) -> None:
-    """``vagrant up`` (action ``up``) or ``vagrant destroy -f`` (``destroy``) through
-    python-vagrant, with SANDBOX_TOPOLOGY set; raises CommandFailed."""
+    """Through python-vagrant, with SANDBOX_TOPOLOGY set: ``vagrant up --no-provision``
+    (action ``up``: create and boot the VMs), ``vagrant provision`` (``provision``: the
+    Vagrantfile's provisioners, site.yml among them) or ``vagrant destroy -f``
+    (``destroy``); raises CommandFailed."""
     import vagrant  # python-vagrant; imported here so the podman path does not need it
 
     with tempfile.NamedTemporaryFile(prefix="sandbox-result-", suffix=".json",
@@ -188,7 +190,9 @@ def vagrant_run(ctx: RunContext, topo: Topology, action: str) -> None:
         log_fh.write(f"\n$ vagrant {action} (SANDBOX_TOPOLOGY={topo.path})\n")
         log_fh.flush()
         if action == "up":
-            v.up()
+            v.up(provision=False)
+        elif action == "provision":
+            v.provision()
         else:
             v.destroy()
     except subprocess.CalledProcessError as exc:
@@ -198,3 +202,18 @@ def vagrant_run(ctx: RunContext, topo: Topology, action: str) -> None:
     finally:
         log_fh.close()
         result_file.unlink(missing_ok=True)
+
+
+def vagrant_up(ctx: RunContext, topo: Topology, extra: dict[str, Any]) -> None:
+    """The VMs (``vagrant up --no-provision``), then the Vagrantfile's provisioners
+    (``vagrant provision``: site.yml once, for all VMs, with ``extra`` as its variables)."""
+    os.environ["SANDBOX_EXTRA_VARS"] = json.dumps(extra)
+    box = os.environ.get("SANDBOX_BOX") or topo.vagrant.get("box") or "debian/bookworm64"
+    provider = os.environ.get("VAGRANT_DEFAULT_PROVIDER") or "Vagrant's default provider"
+    t0 = time.time()
+    print(f"==> vms: vagrant up --no-provision: {len(topo.nodes)} VMs from box {box} "
+          f"({provider}) ...", flush=True)
+    vagrant_run(ctx, topo, "up")
+    print(f"      ok            {len(topo.nodes)} VMs up ({time.time() - t0:.0f}s)", flush=True)
+    print("==> provision: vagrant provision (playbooks/site.yml on all VMs)", flush=True)
+    vagrant_run(ctx, topo, "provision")

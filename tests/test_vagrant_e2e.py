@@ -1,0 +1,287 @@
+"""The sandbox on real Vagrant VMs: libvirt, qemu under TCG, the locally built box.
+
+scripts/build-box (reused while its recipe is unchanged) -> `scripts/sandbox up --backend
+vagrant` of a copy of inventories/single.yml (vagrant up, then the ansible provisioner runs
+playbooks/site.yml once for both VMs) -> `scripts/sandbox verify --backend vagrant` passes
+-> `scripts/sandbox down --purge` (vagrant destroy -f) leaves no VM, volume or network.
+
+Everything stays on this machine: the VMs' management and private networks are isolated
+libvirt networks (no forwarding, subnets 192.168.126-127.0/24), so the guests have no
+package mirror and get everything from the box; etcd is Debian's package (in the box) and
+k0s is prepared and reported skipped (no k0s binary can be downloaded here). The test makes
+its own storage pool under /var/tmp (libvirt-qemu must traverse it; not /root) and, when no
+libvirtd answers, starts virtlogd and libvirtd itself (no systemd here) and stops exactly
+those processes afterwards. The box local/debian12 stays (it is the one users get too).
+
+Skips loudly when libvirt, qemu or vagrant-libvirt are missing, or with
+SANDBOX_SKIP_VAGRANT_E2E=1. The phase times are printed (README, "Vagrant", has figures).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO_ROOT
+from test_cli_e2e import _explain
+
+NAME = "e2e-vagrant-single"
+PRIVATE_SUBNET = "192.168.126.0/24"
+MGMT_NETWORK = "k0sbox-e2e-vagrant-mgmt"
+MGMT_SUBNET = "192.168.127.0/24"
+POOL = "k0sbox-e2e-vagrant"
+URI = "qemu:///system"
+BOX = "local/debian12"
+RUN_DIR = Path("/var/run/libvirt")
+TOOLS = {"vagrant": "vagrant vagrant-libvirt", "virsh": "libvirt-clients",
+         "libvirtd": "libvirt-daemon-system", "virtlogd": "libvirt-daemon-system",
+         "qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils",
+         "dnsmasq": "dnsmasq-base", "mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs"}
+# Bounds per step, so that a slow host cannot hold CI past its limit (at most ~46 min in all).
+BOX_TIMEOUT = 480
+UP_TIMEOUT = 1500
+VERIFY_TIMEOUT = 480
+
+
+def _missing() -> str | None:
+    """Why this test cannot run here, with the fix; None when it can."""
+    if os.environ.get("SANDBOX_SKIP_VAGRANT_E2E") == "1":
+        return "SANDBOX_SKIP_VAGRANT_E2E=1"
+    absent = [t for t in TOOLS
+              if shutil.which(t) is None and not Path("/usr/sbin", t).exists()]
+    if absent:
+        pkgs = " ".join(dict.fromkeys(TOOLS[t] for t in absent))
+        return f"{', '.join(absent)} missing: apt-get install {pkgs}"
+    plugins = subprocess.run(["vagrant", "plugin", "list"], capture_output=True, text=True,
+                             check=False, env=_vagrant_env())
+    if "vagrant-libvirt" not in plugins.stdout:
+        return "the vagrant-libvirt plugin is missing: apt-get install vagrant-libvirt"
+    if os.geteuid() != 0:
+        return "qemu:///system and the daemons need root"
+    return None
+
+
+def _vagrant_env() -> dict[str, str]:
+    env = dict(os.environ, VAGRANT_CHECKPOINT_DISABLE="1", VAGRANT_BOX_UPDATE_CHECK_DISABLE="1",
+               VAGRANT_NO_COLOR="1")
+    for key in ("SANDBOX_TOPOLOGY", "SANDBOX_BOX", "SANDBOX_BACKEND", "SANDBOX_DUMP",
+                "VAGRANT_DOTFILE_PATH"):
+        env.pop(key, None)
+    return env
+
+
+def virsh(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["virsh", "-q", "-c", URI, *args], capture_output=True, text=True,
+                          check=check, timeout=120)
+
+
+def _listening(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def libvirt_daemons(log_dir: Path) -> Iterator[list[str]]:
+    """virtlogd and libvirtd: the running ones, else started here and stopped by PID.
+
+    Yields the names of the networks active right after a libvirtd started here (those it
+    autostarted, e.g. 'default'): they are stopped again before it is.
+    """
+    started: list[subprocess.Popen[bytes]] = []
+    autostarted: list[str] = []
+    try:
+        for daemon, sock in (("virtlogd", "virtlogd-sock"), ("libvirtd", "libvirt-sock")):
+            if _listening(RUN_DIR / sock):
+                continue
+            log = open(log_dir / f"{daemon}.log", "wb")  # noqa: SIM115 - closed by the child
+            started.append(subprocess.Popen([daemon], stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True))
+            log.close()
+            deadline = time.time() + 60
+            while not _listening(RUN_DIR / sock):
+                if started[-1].poll() is not None or time.time() > deadline:
+                    text = (log_dir / f"{daemon}.log").read_text(errors="replace")[-1500:]
+                    pytest.fail(f"{daemon} did not start: {text}")
+                time.sleep(0.5)
+            if daemon == "libvirtd":
+                time.sleep(2)  # its autostart of networks runs right after the socket opens
+                autostarted = virsh("net-list", "--name").stdout.split()
+        yield autostarted
+    finally:
+        if any(p.args == ["libvirtd"] for p in started):
+            for net in autostarted:
+                virsh("net-destroy", net)
+        for proc in reversed(started):
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def _domains() -> list[str]:
+    return [d for d in virsh("list", "--all", "--name").stdout.split()
+            if d.startswith(f"k0sbox-{NAME}-")]
+
+
+def _networks() -> list[str]:
+    return [n for n in virsh("net-list", "--all", "--name").stdout.split()
+            if n in (f"k0sbox-{NAME}", MGMT_NETWORK)]
+
+
+def _remove_leftovers() -> None:
+    """VMs and networks of this test's names only (a run killed halfway leaves them)."""
+    for dom in _domains():
+        virsh("destroy", dom)
+        virsh("undefine", dom, "--remove-all-storage", "--nvram")
+    for net in _networks():
+        virsh("net-destroy", net)
+        virsh("net-undefine", net)
+
+
+@contextlib.contextmanager
+def storage_pool() -> Iterator[Path]:
+    """A dir pool of the test's own under /var/tmp (libvirt-qemu traverses it)."""
+    if virsh("pool-info", POOL).returncode == 0:  # left by a run killed halfway
+        _drop_pool()
+    target = Path(tempfile.mkdtemp(prefix="k0sbox-vagrant-e2e-pool.", dir="/var/tmp"))
+    target.chmod(0o711)
+    try:
+        virsh("pool-define-as", POOL, "dir", "--target", str(target), check=True)
+        virsh("pool-start", POOL, check=True)
+        yield target
+    finally:
+        _drop_pool()
+        shutil.rmtree(target, ignore_errors=True)
+
+
+def _drop_pool() -> None:
+    for vol in virsh("vol-list", POOL).stdout.splitlines():
+        if vol.split():
+            virsh("vol-delete", vol.split()[0], "--pool", POOL)
+    virsh("pool-destroy", POOL)
+    virsh("pool-undefine", POOL)
+
+
+def run_cli(args: list[str], state: Path, env: dict[str, str],
+            timeout: float) -> subprocess.CompletedProcess[str]:
+    """scripts/sandbox in a process group of its own: at the time bound the whole group
+    (vagrant, ansible-playbook) is stopped, not only the CLI, so `down` runs alone."""
+    full_env = dict(env, SANDBOX_STATE_DIR=str(state))
+    proc = subprocess.Popen([str(REPO_ROOT / "scripts" / "sandbox"), *args], cwd=REPO_ROOT,
+                            env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.communicate(timeout=30)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        pytest.fail(f"scripts/sandbox {' '.join(args[:1])} did not finish within "
+                    f"{timeout:.0f} s (stopped; logs in {state})")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _topology(where: Path) -> Path:
+    data = yaml.safe_load((REPO_ROOT / "inventories" / "single.yml").read_text())
+    data["name"] = NAME
+    # The podman subnet is never used here (no podman network is made for this backend).
+    data["networks"] = {"podman": "10.213.79.0/24", "vagrant": PRIVATE_SUBNET}
+    data["vagrant"] = {"box": BOX}
+    path = where / f"{NAME}.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.e2e
+def test_single_topology_on_vagrant_libvirt(tmp_path: Path,
+                                            request: pytest.FixtureRequest) -> None:
+    reason = _missing()
+    if reason:
+        pytest.skip(f"SKIPPED LOUDLY: the Vagrant end-to-end test needs libvirt, qemu and "
+                    f"vagrant-libvirt: {reason}")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    times: dict[str, float] = {}
+
+    def timed(phase: str, cmd: list[str] | None = None, *, sandbox: list[str] | None = None,
+              timeout: float = UP_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        t0 = time.time()
+        try:
+            if sandbox is not None:
+                return run_cli(sandbox, state, env, timeout)
+            assert cmd is not None
+            return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True,
+                                  text=True, timeout=timeout, check=False)
+        finally:
+            times[phase] = time.time() - t0
+
+    state = tmp_path / "state"
+    path = _topology(tmp_path)
+    topo = ["--backend", "vagrant", "--topology", str(path)]
+    env = _vagrant_env()
+    env.update(VAGRANT_DEFAULT_PROVIDER="libvirt", VAGRANT_DOTFILE_PATH=str(tmp_path / "dot"),
+               SANDBOX_LIBVIRT_DRIVER="qemu", SANDBOX_LIBVIRT_URI=URI,
+               SANDBOX_LIBVIRT_POOL=POOL, SANDBOX_LIBVIRT_MGMT_NETWORK=MGMT_NETWORK,
+               SANDBOX_LIBVIRT_MGMT_SUBNET=MGMT_SUBNET, SANDBOX_LIBVIRT_MGMT_MODE="none",
+               SANDBOX_LIBVIRT_FORWARD_MODE="none")
+    try:
+        with libvirt_daemons(tmp_path), storage_pool():
+            _remove_leftovers()
+            box = timed("box (build or reuse)", [str(REPO_ROOT / "scripts" / "build-box")],
+                        timeout=BOX_TIMEOUT)
+            assert box.returncode == 0, _explain(box)
+            try:
+                up = timed("up (vagrant up + site.yml)", sandbox=["up", *topo])
+                assert up.returncode == 0, _explain(up)
+                assert "etcd: 1/1 members healthy" in up.stdout, up.stdout
+                assert "k0s-tenant" in up.stdout
+                vms = re.search(r"\d+ VMs up \((\d+)s\)", up.stdout)
+                site = re.search(r"site done \(\+(\d+)s\)", up.stdout)
+                if vms and site:
+                    times["  of which VMs created and booted"] = float(vms.group(1))
+                    times["  of which provisioning (site.yml)"] = (float(site.group(1))
+                                                                   - float(vms.group(1)))
+
+                verify = timed("verify", sandbox=["verify", "--json", *topo],
+                               timeout=VERIFY_TIMEOUT)
+                assert verify.returncode == 0, _explain(verify)
+                report = json.loads(verify.stdout)
+                assert report["passed"] is True
+                names = [c["name"] for c in report["checks"]]
+                assert any(n.endswith("preflight as kube-apiserver") for n in names), names
+                assert any("CIS 2.5 peer-client-cert-auth=true" in n for n in names), names
+            finally:
+                down = timed("down (vagrant destroy)", sandbox=["down", "--purge", *topo],
+                             timeout=300)
+                left = _domains() + _networks()
+                _remove_leftovers()
+            assert down.returncode == 0, _explain(down)
+            assert left == [], f"left behind by down: {left}"
+            assert not (state / NAME).exists()
+    finally:
+        if reporter is not None:
+            reporter.write_line("")
+            for phase, seconds in times.items():
+                reporter.write_line(f"vagrant e2e: {phase}: {seconds:.0f} s")
