@@ -117,7 +117,7 @@ def test_machines_are_the_topology_nodes(name: str, tmp_path: Path, provider: st
     assert dumps[last]["provisioners"][-1] == "ansible"
     [ansible] = dumps[last]["ansible"]
     assert ansible == {"playbook": str(REPO_ROOT / "playbooks" / "site.yml"),
-                       "inventory_path": str(topo.path), "limit": "all",
+                       "inventory_path": str(topo.path), "limit": "all,localhost",
                        "config_file": str(REPO_ROOT / "ansible.cfg")}
 
 
