@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -51,7 +52,8 @@ RUN_DIR = Path("/var/run/libvirt")
 TOOLS = {"vagrant": "vagrant vagrant-libvirt", "virsh": "libvirt-clients",
          "libvirtd": "libvirt-daemon-system", "virtlogd": "libvirt-daemon-system",
          "qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils",
-         "dnsmasq": "dnsmasq-base", "mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs"}
+         "dnsmasq": "dnsmasq-base", "mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs",
+         "unshare": "util-linux"}
 # Bounds per step, so that a slow host cannot hold CI past its limit (at most ~46 min in all).
 BOX_TIMEOUT = 480
 UP_TIMEOUT = 1500
@@ -100,6 +102,41 @@ def _listening(path: Path) -> bool:
     return True
 
 
+def _kvm_unusable_but_present() -> bool:
+    """/dev/kvm exists but the CPU offers no virtualisation (vmx/svm): guests run under TCG.
+
+    libvirt 9 then re-probes qemu's capabilities on every call that needs them (about 8 s
+    each, minutes per `vagrant up`): its probe, run as root, gets KVM enabled, while its
+    cache check asks whether the qemu user may open /dev/kvm (root-only here), so the cache
+    is never valid ("KVM was enabled when probing ..., but it is not available now").
+    """
+    if not Path("/dev/kvm").exists():
+        return False
+    flags = Path("/proc/cpuinfo").read_text(errors="replace")
+    return re.search(r"^flags\s*:.*\b(vmx|svm)\b", flags, re.MULTILINE) is None
+
+
+def _libvirtd_without_kvm(log_dir: Path) -> list[str]:
+    """libvirtd in a mount namespace of its own where /dev/kvm is an empty root-only file.
+
+    Probe and cache check then agree (no KVM), so the capabilities are probed once. Only
+    this libvirtd (and the qemu it starts) sees the change; its per-domain /dev namespaces
+    are turned off (qemu.conf namespaces = [], bind-mounted over the system one in the same
+    namespace) because they refuse a /dev entry that is a mount point.
+    """
+    nokvm = log_dir / "no-kvm"
+    nokvm.write_bytes(b"")
+    nokvm.chmod(0o600)
+    conf = log_dir / "qemu.conf"
+    system_conf = Path("/etc/libvirt/qemu.conf")
+    base = system_conf.read_text() if system_conf.exists() else ""
+    conf.write_text(f"{base}\n# k0s sandbox e2e test: no per-domain /dev namespace\n"
+                    "namespaces = []\n")
+    script = (f"mount --bind {shlex.quote(str(nokvm))} /dev/kvm && "
+              f"mount --bind {shlex.quote(str(conf))} {system_conf} && exec libvirtd")
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+
+
 @contextlib.contextmanager
 def libvirt_daemons(log_dir: Path) -> Iterator[list[str]]:
     """virtlogd and libvirtd: the running ones, else started here and stopped by PID.
@@ -114,7 +151,10 @@ def libvirt_daemons(log_dir: Path) -> Iterator[list[str]]:
             if _listening(RUN_DIR / sock):
                 continue
             log = open(log_dir / f"{daemon}.log", "wb")  # noqa: SIM115 - closed by the child
-            started.append(subprocess.Popen([daemon], stdout=log, stderr=subprocess.STDOUT,
+            cmd = [daemon]
+            if daemon == "libvirtd" and _kvm_unusable_but_present():
+                cmd = _libvirtd_without_kvm(log_dir)
+            started.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True))
             log.close()
             deadline = time.time() + 60
