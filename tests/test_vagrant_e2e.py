@@ -136,14 +136,16 @@ def _libvirtd_without_kvm(log_dir: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def libvirt_daemons(log_dir: Path) -> Iterator[list[str]]:
+def libvirt_daemons(log_dir: Path) -> Iterator[None]:
     """virtlogd and libvirtd: the running ones, else started here and stopped by PID.
 
-    Yields the names of the networks active right after a libvirtd started here (those it
-    autostarted, e.g. 'default'): they are stopped again before it is.
+    A libvirtd started here may autostart networks (e.g. 'default' on a fresh install):
+    every network active at the end that was not active before it started (libvirt keeps
+    a status file per active network) is stopped before the daemon is.
     """
-    started: list[subprocess.Popen[bytes]] = []
-    autostarted: list[str] = []
+    started: dict[str, subprocess.Popen[bytes]] = {}
+    net_state = Path("/run/libvirt/network")
+    active_before = {f.stem for f in net_state.glob("*.xml")}
     try:
         for daemon, sock in (("virtlogd", "virtlogd-sock"), ("libvirtd", "libvirt-sock")):
             if _listening(RUN_DIR / sock):
@@ -152,24 +154,22 @@ def libvirt_daemons(log_dir: Path) -> Iterator[list[str]]:
             cmd = [daemon]
             if daemon == "libvirtd" and _kvm_unusable_but_present():
                 cmd = _libvirtd_without_kvm(log_dir)
-            started.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True))
+            started[daemon] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL, start_new_session=True)
             log.close()
             deadline = time.time() + 60
             while not _listening(RUN_DIR / sock):
-                if started[-1].poll() is not None or time.time() > deadline:
+                if started[daemon].poll() is not None or time.time() > deadline:
                     text = (log_dir / f"{daemon}.log").read_text(errors="replace")[-1500:]
                     pytest.fail(f"{daemon} did not start: {text}")
                 time.sleep(0.5)
-            if daemon == "libvirtd":
-                time.sleep(2)  # its autostart of networks runs right after the socket opens
-                autostarted = virsh("net-list", "--name").stdout.split()
-        yield autostarted
+        yield
     finally:
-        if any(p.args == ["libvirtd"] for p in started):
-            for net in autostarted:
-                virsh("net-destroy", net)
-        for proc in reversed(started):
+        if "libvirtd" in started:
+            for net in virsh("net-list", "--name").stdout.split():
+                if net not in active_before:
+                    virsh("net-destroy", net)
+        for proc in reversed(started.values()):
             proc.terminate()
             try:
                 proc.wait(timeout=30)
@@ -324,6 +324,10 @@ def test_single_topology_on_vagrant_libvirt(tmp_path: Path,
             assert not (state / NAME).exists()
     finally:
         if reporter is not None:
-            reporter.write_line("")
-            for phase, seconds in times.items():
-                reporter.write_line(f"vagrant e2e: {phase}: {seconds:.0f} s")
+            # Past pytest's output capture, so the times show in a plain `pytest` run too.
+            capman = request.config.pluginmanager.get_plugin("capturemanager")
+            with (capman.global_and_fixture_disabled() if capman is not None
+                  else contextlib.nullcontext()):
+                reporter.write_line("")
+                for phase, seconds in times.items():
+                    reporter.write_line(f"vagrant e2e: {phase}: {seconds:.0f} s")
