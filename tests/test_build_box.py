@@ -48,8 +48,9 @@ def test_prune_removes_only_unused_copies_of_other_recipes(tmp_path: Path) -> No
         f"<initrd>{boot}/k0sbox-bbbbbbbbbbbb-initrd.img</initrd></os></domain>")
     (etc_qemu / "unrelated.xml").write_text("<domain><os><kernel>/boot/vmlinuz</kernel></os></domain>")
 
-    result = run("--prune", env={"SANDBOX_LIBVIRT_BOOT_DIR": str(boot),
-                                 "SANDBOX_LIBVIRT_DOMAIN_XML_DIRS": f"{etc_qemu} {run_qemu}"})
+    env = {"SANDBOX_LIBVIRT_BOOT_DIR": str(boot),
+           "SANDBOX_LIBVIRT_DOMAIN_XML_DIRS": f"{etc_qemu} {run_qemu}"}
+    result = run("--prune", env=env)
     assert result.returncode == 0, result.stderr
     left = sorted(p.name for p in boot.iterdir())
     assert left == sorted(names["current"] + names["in use"] + names["not ours"]), left
@@ -57,8 +58,7 @@ def test_prune_removes_only_unused_copies_of_other_recipes(tmp_path: Path) -> No
     assert f"kept {boot}/k0sbox-bbbbbbbbbbbb-vmlinuz: a libvirt domain in {run_qemu}" in result.stderr
 
     # Nothing left to prune: a second run removes nothing.
-    again = run("--prune", env={"SANDBOX_LIBVIRT_BOOT_DIR": str(boot),
-                                "SANDBOX_LIBVIRT_DOMAIN_XML_DIRS": f"{etc_qemu} {run_qemu}"})
+    again = run("--prune", env=env)
     assert again.returncode == 0
     assert "removed" not in again.stderr
     assert sorted(p.name for p in boot.iterdir()) == left

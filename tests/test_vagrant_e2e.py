@@ -127,8 +127,7 @@ def _libvirtd_without_kvm(log_dir: Path) -> list[str]:
     nokvm.chmod(0o600)
     conf = log_dir / "qemu.conf"
     system_conf = Path("/etc/libvirt/qemu.conf")
-    base = system_conf.read_text() if system_conf.exists() else ""
-    conf.write_text(f"{base}\n# k0s sandbox e2e test: no per-domain /dev namespace\n"
+    conf.write_text(f"{system_conf.read_text()}\n# k0s sandbox e2e test: no per-domain /dev namespace\n"
                     "namespaces = []\n")
     script = (f"mount --bind {shlex.quote(str(nokvm))} /dev/kvm && "
               f"mount --bind {shlex.quote(str(conf))} {system_conf} && exec libvirtd")
@@ -144,8 +143,7 @@ def libvirt_daemons(log_dir: Path) -> Iterator[None]:
     a status file per active network) is stopped before the daemon is.
     """
     started: dict[str, subprocess.Popen[bytes]] = {}
-    net_state = Path("/run/libvirt/network")
-    active_before = {f.stem for f in net_state.glob("*.xml")}
+    active_before = {f.stem for f in (RUN_DIR / "network").glob("*.xml")}
     try:
         for daemon, sock in (("virtlogd", "virtlogd-sock"), ("libvirtd", "libvirt-sock")):
             if _listening(RUN_DIR / sock):
