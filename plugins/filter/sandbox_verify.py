@@ -96,6 +96,23 @@ def sandbox_cert_days(pki_dir: str, now_epoch: float) -> list[dict[str, Any]]:
     return out
 
 
+def sandbox_prefix_checks(keys: list[str], tenants: list[str],
+                          prefixes: dict[str, str]) -> list[Check]:
+    """Per tested tenant: the keys its API server wrote for verify (API group
+    ``<tenant>.verify.sandbox``) are all under its own prefix, and they are there."""
+    checks = []
+    for tenant in tenants:
+        group = f"{tenant}.verify.sandbox"
+        mine = [k for k in keys if f"/{group}/" in k or k.endswith(f"/probes.{group}")]
+        outside = [k for k in mine if not k.startswith(prefixes[tenant])]
+        checks.append(_check(
+            f"{tenant}: its API server's objects are only under {prefixes[tenant]} in etcd (admin view)",
+            len(mine) >= 2 and not outside,
+            f"outside: {outside[:3]}" if outside else f"{len(mine)} key(s) of {group}, all under "
+                                                        f"{prefixes[tenant]}"))
+    return checks
+
+
 def sandbox_check_lines(checks: list[Check]) -> list[str]:
     """One line per check: PASS / FAIL / SKIP, name and detail."""
     lines = []
@@ -113,5 +130,6 @@ class FilterModule:
             "sandbox_probe_checks": sandbox_probe_checks,
             "sandbox_cis_checks": sandbox_cis_checks,
             "sandbox_cert_days": sandbox_cert_days,
+            "sandbox_prefix_checks": sandbox_prefix_checks,
             "sandbox_check_lines": sandbox_check_lines,
         }

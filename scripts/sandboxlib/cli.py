@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from . import day2, inventory, remote, report, runner
+from . import apiserver, day2, inventory, remote, report, runner
 from .topology import BACKENDS, REPO_ROOT, Topology, TopologyError, load
 
 PASSTHROUGH = ("ssh", "etcdctl", "kubectl")
@@ -33,7 +33,7 @@ EXAMPLES = """examples:
   scripts/sandbox up                          # inventories/default.yml on podman
   scripts/sandbox up -t multi-tenant          # another shipped topology (or a path)
   scripts/sandbox etcdctl member list -w table
-  scripts/sandbox kubectl --tenant k0s-tenant get --raw=/readyz
+  scripts/sandbox kubectl --tenant k0s-tenant get crd
   scripts/sandbox down --purge
 
 docs/cli.md has the details."""
@@ -142,6 +142,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     t0 = time.time()
     print(f"sandbox: up '{sb.topo.name}' ({sb.backend}; {len(sb.topo.nodes)} nodes)",
           flush=True)
+    if sb.topo.tenants:
+        try:
+            extra.update(apiserver.up_vars(sb.topo, extra, args.apiserver))
+        except RuntimeError as exc:
+            raise Failure(f"the Kubernetes API stand-in could not be built: {exc} "
+                          "(or run up with --apiserver off)") from None
     with runner.run_context(sb.topo, "up") as ctx:
         print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
         if sb.backend == "podman":
@@ -198,9 +204,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         finally:
             if args.json and report_path.is_file():
                 print(report_path.read_text().strip())
+            elif not args.json and report_path.is_file() and sys.exc_info()[0] is not None:
+                print(report.verify_table(report_path))
     if args.json and not report_path.is_file():
         print(json.dumps({"passed": True, "report": None}))
     elif not args.json:
+        print(report.verify_table(report_path))
         print(f"sandbox: verify passed (log: {report.display_path(ctx.log_path)})")
     return 0
 
@@ -246,14 +255,18 @@ def cmd_kubectl(args: argparse.Namespace) -> int:
                          f"{', '.join(tenants)}")
     ctrl = tenants[name].controllers[0]
     target = _target(sb, ctrl)
-    res = remote.run(target, "command -v k0s", timeout=15)
+    res = remote.run(target, apiserver.WHICH_API, timeout=15)
     if res.returncode == 255:
         raise Failure(f"controller {ctrl} is not reachable over SSH: "
                       f"{' '.join(res.stderr.split())[:200]} (scripts/sandbox status)")
-    if res.returncode != 0:
-        raise Failure(f"k0s is not installed on {ctrl} (tenant {name}): the k0s phase has "
-                      "not run there yet, or no k0s binary was available")
-    remote.exec_ssh(target, "k0s kubectl " + shlex.join(args.args))
+    which = res.stdout.strip()
+    if which == "k0s":
+        remote.exec_ssh(target, "k0s kubectl " + shlex.join(args.args))
+    if which == "stand-in":
+        remote.exec_ssh(target, f"{apiserver.STANDIN_KUBECTL} " + shlex.join(args.args))
+    raise Failure(f"no Kubernetes API on {ctrl} (tenant {name}): k0s is not installed and the "
+                  "CRD API server stand-in is not set up; run scripts/sandbox up (it builds "
+                  "the stand-in where no k0s binary is available)")
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -319,6 +332,10 @@ def build_parser() -> Parser:
                    help="how etcd gets onto the members (default: the topology's, else "
                         "release, falling back to the distribution package when the "
                         "release cannot be downloaded)")
+    u.add_argument("--apiserver", choices=("auto", "on", "off"), default="auto",
+                   help="Kubernetes' CRD API server as a stand-in for k0s's kube-apiserver "
+                        "(not k0s): auto = build and run it when no k0s binary can be had "
+                        "(default), on = always build it, off = never")
     u.add_argument("--set", action="append", metavar="VAR=VALUE",
                    help="a role variable for this run (VALUE is YAML; repeatable), e.g. "
                         "--set etcd_version=3.5.21 --set k0s_enable_worker=true")
@@ -334,7 +351,8 @@ def build_parser() -> Parser:
     e = add("etcdctl", "run etcdctl on the first healthy etcd member (certs preset)",
             cmd_etcdctl)
     e.add_argument("args", nargs="*", metavar="ARGS", help=argparse.SUPPRESS)
-    k = add("kubectl", "run 'k0s kubectl' on a tenant's first controller", cmd_kubectl)
+    k = add("kubectl", "kubectl on a tenant's first controller ('k0s kubectl', or the "
+                       "stand-in API server's kubectl where k0s does not run)", cmd_kubectl)
     k.add_argument("--tenant", metavar="T", help="tenant name (default: the first)")
     k.add_argument("args", nargs="*", metavar="ARGS", help=argparse.SUPPRESS)
     lg = add("logs", "journal of a node's service (etcd / k0scontroller by default)",

@@ -15,18 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import remote
+from .apiserver import API_PROBE
 from .topology import REPO_ROOT, Topology
 
 HEALTH_RE = re.compile(r"^(\S+) is (healthy|unhealthy)", re.MULTILINE)
 ETCD_PROBE = ("command -v etcdctl >/dev/null 2>&1 || { echo 'etcdctl: not installed'; exit 3; }; "
               "etcdctl endpoint health --cluster 2>&1")
-K0S_PROBE = (
-    "command -v k0s >/dev/null 2>&1 || { echo 'not installed'; exit 0; }; "
-    "if systemctl is-active --quiet k0scontroller; then "
-    "  if k0s kubectl get --raw=/readyz >/dev/null 2>&1; then echo 'running, API ready'; "
-    "  else echo 'running, API not ready'; fi; "
-    "else echo \"installed, service $(systemctl is-active k0scontroller 2>/dev/null)\"; fi"
-)
 
 
 @dataclass
@@ -37,7 +31,7 @@ class Status:
     network: str = ""                                          # podman network state
     etcd_health: dict[str, str] = field(default_factory=dict)  # node -> healthy/unhealthy
     etcd_note: str = ""                                        # why health is unknown
-    k0s_state: dict[str, str] = field(default_factory=dict)    # controller -> state
+    api_state: dict[str, str] = field(default_factory=dict)    # controller -> Kubernetes API
 
     @property
     def running(self) -> list[str]:
@@ -98,7 +92,7 @@ def collect(topo: Topology, backend: str) -> Status:
     members = [n.name for n in topo.group("etcd") if n.name in st.running]
     ctrls = [n.name for n in topo.group("k0s_controller") if n.name in st.running]
     jobs = [(targets[m], ETCD_PROBE) for m in members[:1]]
-    jobs += [(targets[c], K0S_PROBE) for c in ctrls]
+    jobs += [(targets[c], API_PROBE) for c in ctrls]
     results = remote.run_many(jobs, timeout=25)
     if not members:
         st.etcd_note = "no etcd member is running"
@@ -114,7 +108,7 @@ def collect(topo: Topology, backend: str) -> Status:
                             else f"{members[0]} not reachable over SSH")
     for ctrl, res in zip(ctrls, results[1:], strict=True):
         out = res.stdout.strip() or res.stderr.strip()
-        st.k0s_state[ctrl] = out if res.returncode == 0 else f"unknown ({out[:80]})"
+        st.api_state[ctrl] = out if res.returncode == 0 else f"unknown ({out[:80]})"
     return st
 
 
@@ -123,6 +117,30 @@ def table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> str:
     lines = [indent + "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False))
              for r in [headers, *rows]]
     return "\n".join(line.rstrip() for line in lines)
+
+
+def verify_table(report_path: Path) -> str:
+    """The PASS/FAIL/SKIP table of a verify report (verify.json)."""
+    try:
+        data = json.loads(report_path.read_text())
+    except (OSError, ValueError):
+        return f"(no readable report at {display_path(report_path)})"
+    rows = []
+    for c in data.get("checks", []):
+        word = "SKIP" if c.get("skipped") else ("PASS" if c.get("ok") else "FAIL")
+        detail = str(c.get("detail", ""))
+        if word == "PASS" and len(detail) > 70:
+            detail = detail[:67] + "..."
+        rows.append([word, str(c.get("name", "")), detail])
+    counts = {w: sum(1 for r in rows if r[0] == w) for w in ("PASS", "FAIL", "SKIP")}
+    certs = data.get("certificates", [])
+    lines = [table(["RESULT", "CHECK", "DETAIL"], rows),
+             f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped"]
+    if certs:
+        soonest = min(certs, key=lambda c: c.get("days_left", 0))
+        lines.append(f"certificates: {len(certs)}, the first expires in "
+                     f"{soonest.get('days_left')} days ({Path(str(soonest.get('file'))).name})")
+    return "\n".join(lines)
 
 
 def render(st: Status) -> str:
@@ -153,14 +171,14 @@ def render(st: Status) -> str:
         out.append("TLS: off (plain HTTP; use only in a sandbox)")
     if topo.tenants:
         rows = [[t.name, t.normalized_prefix, ",".join(t.controllers),
-                 "; ".join(f"{c}: {st.k0s_state.get(c, 'node not running')}"
+                 "; ".join(f"{c}: {st.api_state.get(c, 'node not running')}"
                            for c in t.controllers)] for t in topo.tenants]
-        out.append(table(["TENANT", "PREFIX", "CONTROLLERS", "K0S"], rows))
+        out.append(table(["TENANT", "PREFIX", "CONTROLLERS", "KUBERNETES API"], rows))
     out.append("Next:")
     nxt = ["scripts/sandbox etcdctl member list -w table",
            "scripts/sandbox etcdctl endpoint status --cluster -w table"]
     for t in topo.tenants[:2]:
-        nxt.append(f"scripts/sandbox kubectl --tenant {t.name} get --raw=/readyz")
+        nxt.append(f"scripts/sandbox kubectl --tenant {t.name} apply -f docs/examples/crd.yaml")
     nxt += [f"scripts/sandbox ssh {topo.nodes[0].name}",
             f"scripts/sandbox logs {members[0].name if members else topo.nodes[0].name}",
             "scripts/sandbox verify", "scripts/sandbox down"]

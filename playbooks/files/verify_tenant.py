@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""What playbooks/verify.yml checks through a tenant's Kubernetes API server, on its controller.
+
+usage: verify_tenant.py SPEC   (SPEC = base64 of a JSON object)
+  phase:    "roundtrip" | "cross" | "cleanup"
+  tenant:   the tenant's name; its check objects use the API group <tenant>.verify.sandbox
+  others:   the other tenants' names (phase cross)
+  kubectl:  argv of kubectl as the tenant's admin (the stand-in's kubectl and kubeconfig, or
+            "k0s kubectl" where k0s runs)
+  etcdctl:  argv of etcdctl with exactly the endpoints and client files of k0s.yaml
+  prefix:   the tenant's prefix as kube-apiserver uses it ("/<prefix>/")
+  unit:     the systemd unit serving the API (for its start time)
+  compaction_interval: the API server's --etcd-compaction-interval (a Go duration, "" = 5m)
+Prints {"checks": [{name, ok, detail, skipped?}]}; every wait has a deadline, no sleeps where
+a condition can be polled.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+PLURAL = "probes"
+
+
+def run(argv: list[str], stdin: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, input=stdin, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"timed out after {timeout:.0f}s")
+
+
+def short(res: subprocess.CompletedProcess[str]) -> str:
+    text = (res.stderr.strip() or res.stdout.strip()).replace("\n", " | ")
+    return text[:400]
+
+
+def check(name: str, ok: bool, detail: str, skipped: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "ok": ok, "detail": detail}
+    if skipped:
+        out["skipped"] = True
+    return out
+
+
+def group_of(tenant: str) -> str:
+    return f"{tenant}.verify.sandbox"
+
+
+def crd(tenant: str) -> dict[str, Any]:
+    group = group_of(tenant)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{group}"},
+        "spec": {
+            "group": group, "scope": "Cluster",
+            "names": {"plural": PLURAL, "singular": "probe", "kind": "Probe"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                "openAPIV3Schema": {"type": "object", "properties": {"spec": {
+                    "type": "object", "properties": {"value": {"type": "string"}}}}}}}],
+        },
+    }
+
+
+def wait_for(predicate: Any, deadline_s: float, step: float = 0.2) -> bool:
+    end = time.monotonic() + deadline_s
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(step)
+
+
+def roundtrip(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    k, e, tenant = spec["kubectl"], spec["etcdctl"], spec["tenant"]
+    group = group_of(tenant)
+    resource = f"{PLURAL}.{group}"
+    name = f"check-{int(time.time())}"
+    checks: list[dict[str, Any]] = []
+    prefix = spec["prefix"]
+
+    res = run(k + ["apply", "-f", "-"], json.dumps(crd(tenant)))
+    ok = res.returncode == 0
+    if ok:
+        res = run(k + ["wait", "--for=condition=Established", f"crd/{resource}", "--timeout=30s"],
+                  timeout=40)
+        ok = res.returncode == 0
+    checks.append(check(f"{tenant}: CustomResourceDefinition {resource} created and established",
+                        ok, short(res)))
+    if not ok:
+        return checks
+
+    # A watch started before the change must see it (ADDED, then MODIFIED).
+    fd, events_path = tempfile.mkstemp(prefix="verify-watch-")
+
+    def events() -> str:
+        with open(events_path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+
+    with os.fdopen(fd, "w") as sink:
+        watch = subprocess.Popen(k + ["get", resource, "--watch", "--output-watch-events", "-o",
+                                      "jsonpath={.type} {.object.metadata.name} {.object.spec.value}{\"\\n\"}"],
+                                 stdout=sink, stderr=subprocess.STDOUT, text=True)
+    try:
+        obj = {"apiVersion": f"{group}/v1", "kind": "Probe", "metadata": {"name": name},
+               "spec": {"value": "written"}}
+        res = run(k + ["create", "-f", "-"], json.dumps(obj))
+        got = run(k + ["get", resource, name, "-o", "jsonpath={.spec.value}"])
+        checks.append(check(f"{tenant}: custom resource {name} written and read back",
+                            res.returncode == 0 and got.stdout == "written",
+                            short(res) + f"; read back '{got.stdout}'"))
+        # The watch lists first (the new object shows as ADDED either way), then watches from
+        # that list's revision: the patch waits for ADDED, so it comes after the list.
+        seen_added = wait_for(lambda: f"ADDED {name} written" in events(), 20)
+        res = run(k + ["patch", resource, name, "--type=merge", "-p", '{"spec":{"value":"changed"}}'])
+        seen_modified = wait_for(lambda: f"MODIFIED {name} changed" in events(), 20)
+        tail = " / ".join(ln for ln in events().splitlines()[-3:] if ln)
+        checks.append(check(f"{tenant}: a watch sees the change (ADDED, then MODIFIED)",
+                            seen_added and seen_modified and res.returncode == 0,
+                            f"events: {tail}"))
+    finally:
+        watch.terminate()
+        watch.wait(timeout=10)
+        os.unlink(events_path)
+
+    # In etcd, read with exactly k0s.yaml's endpoints and client files.
+    res = run(e + ["get", "--prefix", "--keys-only", prefix])
+    keys = [ln for ln in res.stdout.splitlines() if ln]
+    want = [f"{prefix}apiextensions.k8s.io/customresourcedefinitions/{resource}",
+            f"{prefix}{group}/{PLURAL}/{name}"]
+    missing = [w for w in want if w not in keys]
+    checks.append(check(f"{tenant}: the objects are stored under {prefix} in etcd",
+                        res.returncode == 0 and not missing,
+                        short(res) if res.returncode else
+                        (f"missing {missing}" if missing else f"{len(keys)} keys under {prefix}, incl. {want[1]}")))
+
+    # The API server's compactor (k8s.io/apiserver storage/etcd3/compact.go): every
+    # --etcd-compaction-interval a transaction on compact_rev_key (outside every prefix)
+    # bumps its version and stores the revision to compact; from the second round on it
+    # compacts the whole keyspace at the revision stored. So version >= 2: etcd was compacted.
+    interval = go_duration_s(spec.get("compaction_interval") or "5m")
+    name_c = f"{tenant}: etcd compacted by an API server's compactor (compact_rev_key)"
+    if interval == 0:
+        return checks + [check(name_c, True, "SKIPPED: --etcd-compaction-interval is 0 (the API "
+                                             "server does not compact; etcd's auto-compaction does)",
+                               skipped=True)]
+    res = run(e + ["get", "compact_rev_key", "-w", "json"])
+    try:
+        kvs = json.loads(res.stdout).get("kvs") or []
+    except ValueError:
+        kvs = []
+    started = unit_started(spec.get("unit", ""))
+    up_s = time.time() - started if started else 0.0
+    rounds = int(kvs[0].get("version", 0)) if kvs else 0
+    value = base64.b64decode(kvs[0]["value"]).decode(errors="replace") if kvs else ""
+    if res.returncode != 0:
+        checks.append(check(name_c, False, short(res)))
+    elif rounds >= 2:
+        checks.append(check(name_c, True, f"{rounds} compactor rounds; last compaction at revision {value}"))
+    elif up_s < 2 * interval + 30:
+        checks.append(check(name_c, True, f"SKIPPED: {rounds} compactor round(s) so far; the API "
+                                          f"server is up {up_s:.0f}s and compacts from its second "
+                                          f"round (--etcd-compaction-interval {interval:.0f}s)",
+                            skipped=True))
+    else:
+        checks.append(check(name_c, False, f"{rounds} compactor round(s) after {up_s:.0f}s "
+                                           f"(--etcd-compaction-interval {interval:.0f}s)"))
+    return checks
+
+
+def go_duration_s(text: str) -> float:
+    """Seconds of a Go duration such as "5m", "1m30s", "500ms" ("0" = 0)."""
+    import re
+
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "ns": 1e-9}
+    parts = re.findall(r"([0-9.]+)(ms|us|ns|h|m|s)", text)
+    return sum(float(n) * units[u] for n, u in parts) if parts else float(text or 0)
+
+
+def unit_started(unit: str) -> float:
+    if not unit:
+        return 0.0
+    res = run(["systemctl", "show", "-p", "ActiveEnterTimestampMonotonic", "--value", unit])
+    try:
+        mono_us = int(res.stdout.strip())
+    except ValueError:
+        return 0.0
+    if mono_us == 0:
+        return 0.0
+    return time.time() - (time.monotonic() - mono_us / 1e6)
+
+
+def cross(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    k, tenant = spec["kubectl"], spec["tenant"]
+    res = run(k + ["get", "crd", "-o", "name"])
+    names = res.stdout.split()
+    foreign = [n for n in names for o in spec.get("others", [])
+               if n == f"customresourcedefinition.apiextensions.k8s.io/{PLURAL}.{group_of(o)}"]
+    own = f"customresourcedefinition.apiextensions.k8s.io/{PLURAL}.{group_of(tenant)}" in names
+    return [check(f"{tenant}: the API server sees its own check objects and no other tenant's",
+                  res.returncode == 0 and own and not foreign,
+                  short(res) if res.returncode else
+                  (f"sees {foreign}" if foreign else
+                   f"{len(names)} CRD(s), own present: {own}; other tenants checked: "
+                   f"{', '.join(spec.get('others', [])) or 'none'}"))]
+
+
+def cleanup(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    k, tenant = spec["kubectl"], spec["tenant"]
+    res = run(k + ["delete", "crd", f"{PLURAL}.{group_of(tenant)}", "--ignore-not-found",
+                   "--wait=true", "--timeout=60s"], timeout=70)
+    return [check(f"{tenant}: check objects deleted through the API", res.returncode == 0,
+                  short(res) or "deleted")]
+
+
+def main() -> int:
+    spec = json.loads(base64.b64decode(sys.argv[1]))
+    phase = spec["phase"]
+    checks = {"roundtrip": roundtrip, "cross": cross, "cleanup": cleanup}[phase](spec)
+    print(json.dumps({"checks": checks}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

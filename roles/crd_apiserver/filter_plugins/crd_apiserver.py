@@ -1,0 +1,160 @@
+"""Filters of roles/crd_apiserver: kube-apiserver's etcd flags as k0s derives them from a
+controller's k0s.yaml, systemd quoting, and what a node must hold (checksum, mode, owner).
+
+Mirrors k0s v1.36 pkg/component/controller/apiserver.go: with storage type etcd, k0s gives
+kube-apiserver ``--etcd-servers`` (endpoints joined by ","), ``--etcd-prefix`` (etcdPrefix,
+verbatim) and, when the three TLS files are set, ``--etcd-cafile/--etcd-certfile/
+--etcd-keyfile``; it adds them after ``spec.api.extraArgs``, so extraArgs cannot override
+them. Flags k0s does not set (``etcd-compaction-interval``, ...) come from extraArgs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+try:
+    from ansible.errors import AnsibleFilterError
+except ImportError:  # pragma: no cover - outside Ansible (unit tests import the module)
+    AnsibleFilterError = ValueError  # type: ignore[misc,assignment]
+
+# extraArgs this API server also understands (kube-apiserver's generic etcd storage flags).
+PASSED_EXTRA_ARGS = ("etcd-compaction-interval", "etcd-count-metric-poll-period",
+                     "etcd-db-metric-poll-interval", "etcd-healthcheck-timeout",
+                     "etcd-readycheck-timeout")
+SET_BY_K0S = ("etcd-servers", "etcd-prefix", "etcd-cafile", "etcd-certfile", "etcd-keyfile")
+
+
+def crd_apiserver_etcd_args(config: dict[str, Any]) -> dict[str, str]:
+    """The etcd flags (name -> value) k0s would give kube-apiserver for this k0s.yaml."""
+    spec = (config or {}).get("spec") or {}
+    storage = spec.get("storage") or {}
+    if storage.get("type", "etcd") != "etcd":
+        raise AnsibleFilterError(
+            f"k0s.yaml spec.storage.type is '{storage.get('type')}': the stand-in API server "
+            "only runs against an external etcd (spec.storage.etcd.externalCluster)")
+    ext = (storage.get("etcd") or {}).get("externalCluster") or {}
+    endpoints = ext.get("endpoints") or []
+    if not endpoints:
+        raise AnsibleFilterError("k0s.yaml has no spec.storage.etcd.externalCluster.endpoints: "
+                                 "run playbooks/k0s.yml first")
+    extra = (spec.get("api") or {}).get("extraArgs") or {}
+    args = {k: str(v) for k, v in extra.items() if k in PASSED_EXTRA_ARGS}
+    args["etcd-servers"] = ",".join(str(e) for e in endpoints)
+    if ext.get("caFile") and ext.get("clientCertFile") and ext.get("clientKeyFile"):
+        args.update({"etcd-cafile": ext["caFile"], "etcd-certfile": ext["clientCertFile"],
+                     "etcd-keyfile": ext["clientKeyFile"]})
+    args["etcd-prefix"] = str(ext.get("etcdPrefix") or "")
+    return args
+
+
+def crd_apiserver_sans(config: dict[str, Any], extra: list[str]) -> list[str]:
+    """SANs of the serving certificate: api.address, api.sans and api.externalAddress of
+    k0s.yaml (what k0s puts in kube-apiserver's certificate), then ``extra``; "IP:"/"DNS:"."""
+    import ipaddress
+
+    api = ((config or {}).get("spec") or {}).get("api") or {}
+    names = [api.get("address"), *(api.get("sans") or []), api.get("externalAddress"), *extra]
+    out: list[str] = []
+    for name in names:
+        if not name:
+            continue
+        try:
+            entry = f"IP:{ipaddress.ip_address(str(name))}"
+        except ValueError:
+            entry = f"DNS:{name}"
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+def crd_apiserver_certificates(hosts: list[dict[str, Any]], ca_cn: str) -> list[dict[str, Any]]:
+    """What the stand-in's PKI issues, per tenant served by ``hosts`` (hostvars of the
+    controllers that run it): a Kubernetes CA of the tenant's own (never the etcd CA), an admin
+    client certificate in group system:masters (kubectl), and one serving certificate per
+    controller with the SANs of its k0s.yaml plus every address it is reached by."""
+    certs: list[dict[str, Any]] = []
+    tenants: list[str] = []
+    for hv in hosts:
+        tenant = str(hv["k0s_tenant"])
+        if tenant not in tenants:
+            tenants.append(tenant)
+            certs.append({"tenant": tenant, "name": "ca", "ca": True,
+                          "cn": f"{ca_cn} ({tenant})", "o": [], "sans": [], "eku": []})
+            certs.append({"tenant": tenant, "name": "admin", "ca": False, "cn": "sandbox-admin",
+                          "o": ["system:masters"], "sans": [], "eku": ["clientAuth"]})
+        host = str(hv["inventory_hostname"])
+        extra = [str(hv.get("node_address") or ""), str(hv.get("ansible_host") or ""), host,
+                 "localhost", "127.0.0.1", "kubernetes", "kubernetes.default"]
+        certs.append({"tenant": tenant, "name": f"serving-{host}", "ca": False,
+                      "cn": "kube-apiserver", "o": [],
+                      "sans": crd_apiserver_sans(hv.get("crd_apiserver_k0s_yaml") or {}, extra),
+                      "eku": ["serverAuth"]})
+    return certs
+
+
+def crd_apiserver_expiring(paths: list[str], days: int) -> list[str]:
+    """The certificate files that are unreadable or expire within ``days`` days (read
+    in-process, so a run where nothing is due makes no module run)."""
+    import datetime as dt
+
+    from cryptography import x509
+
+    limit = dt.datetime.now(dt.UTC) + dt.timedelta(days=int(days))
+    due = []
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                if x509.load_pem_x509_certificate(fh.read()).not_valid_after_utc > limit:
+                    continue
+        except (OSError, ValueError):
+            pass
+        due.append(path)
+    return due
+
+
+def crd_apiserver_systemd_quote(value: str) -> str:
+    """One ExecStart argument, double-quoted for systemd (``%`` doubled: no specifiers)."""
+    escaped = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return f'"{escaped}"'
+
+
+def crd_apiserver_file_sha256(path: str) -> str:
+    """sha256 of a control-node file ('' when it cannot be read)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:
+        return ""
+    return digest.hexdigest()
+
+
+def crd_apiserver_want(entry: dict[str, Any]) -> str:
+    """What the probe prints for a file placed as ``entry`` says: "<sha256> <mode>:<owner>:<group>"
+    (``entry`` has ``content``, or ``src`` (a control-node path) and optionally its known
+    ``sha256``, and ``mode``, ``owner``, ``group``)."""
+    if "sha256" in entry:
+        digest = entry["sha256"]
+    elif "content" in entry:
+        digest = hashlib.sha256(str(entry["content"]).encode()).hexdigest()
+    else:
+        digest = crd_apiserver_file_sha256(entry["src"])
+    return f"{digest} {int(str(entry['mode']), 8):o}:{entry['owner']}:{entry['group']}"
+
+
+def crd_apiserver_differs(entries: list[dict[str, Any]], probe: dict[str, str]) -> list[dict[str, Any]]:
+    """The entries whose file on the node (``probe['file:<dest>']``) is not what they say."""
+    return [e for e in entries if probe.get(f"file:{e['dest']}", "") != crd_apiserver_want(e)]
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"crd_apiserver_etcd_args": crd_apiserver_etcd_args,
+                "crd_apiserver_sans": crd_apiserver_sans,
+                "crd_apiserver_certificates": crd_apiserver_certificates,
+                "crd_apiserver_expiring": crd_apiserver_expiring,
+                "crd_apiserver_systemd_quote": crd_apiserver_systemd_quote,
+                "crd_apiserver_file_sha256": crd_apiserver_file_sha256,
+                "crd_apiserver_differs": crd_apiserver_differs}

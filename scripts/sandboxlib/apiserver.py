@@ -1,0 +1,108 @@
+"""A Kubernetes API server on every tenant: k0s's own where k0s runs, else the stand-in.
+
+The stand-in is Kubernetes' CRD API server (``apiextensions-apiserver``, Kubernetes 1.36.4
+built from Debian's Go sources by ``scripts/build-apiserver``), run by ``roles/crd_apiserver``
+with the etcd flags k0s would give its kube-apiserver. It is NOT k0s. ``up`` builds it (or
+reuses the cache) when no k0s binary can be had, so a fresh clone gets a working API.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .topology import REPO_ROOT, Topology
+
+BUILD = REPO_ROOT / "scripts" / "build-apiserver"
+K0S_DEFAULTS = REPO_ROOT / "roles" / "k0s_controller" / "defaults" / "main.yml"
+STANDIN_KUBECTL = "/usr/local/bin/kubectl --kubeconfig /etc/crd-apiserver/admin.conf"
+# Which API a controller has: "k0s", "stand-in" or "none" (one SSH round trip).
+WHICH_API = ("if command -v k0s >/dev/null 2>&1; then echo k0s; "
+             "elif [ -r /etc/crd-apiserver/admin.conf ] && [ -x /usr/local/bin/kubectl ]; "
+             "then echo stand-in; else echo none; fi")
+# What `status` shows per controller.
+API_PROBE = (
+    "if command -v k0s >/dev/null 2>&1; then "
+    "  if systemctl is-active --quiet k0scontroller; then "
+    "    if k0s kubectl get --raw=/readyz >/dev/null 2>&1; then echo 'k0s: running, API ready'; "
+    "    else echo 'k0s: running, API not ready'; fi; "
+    "  else echo \"k0s: installed, service $(systemctl is-active k0scontroller 2>/dev/null)\"; fi; "
+    "elif systemctl is-active --quiet crd-apiserver; then "
+    f"  if {STANDIN_KUBECTL} --request-timeout=5s get --raw='/readyz?exclude=informer-sync' "
+    "     >/dev/null 2>&1; then echo 'CRD API server (stand-in, not k0s): ready'; "
+    "  else echo 'CRD API server (stand-in, not k0s): not ready'; fi; "
+    "else echo 'no API (k0s not installed, stand-in not running)'; fi"
+)
+
+
+def _k0s_setting(topo: Topology, extra: dict[str, Any], name: str) -> str:
+    if name in extra:
+        return str(extra[name] or "")
+    if name in topo.vars:
+        return str(topo.vars[name] or "")
+    defaults = yaml.safe_load(K0S_DEFAULTS.read_text()) or {}
+    value = str(defaults.get(name, "") or "")
+    return "" if "{{" in value else value
+
+
+def k0s_source(topo: Topology, extra: dict[str, Any]) -> str:
+    """Where a k0s binary would come from ('' = none): K0S_BINARY / k0s_binary, the cache,
+    or the release URL when it answers within 5 s (then k0s's role downloads it)."""
+    given = _k0s_setting(topo, extra, "k0s_binary") or os.environ.get("K0S_BINARY", "")
+    if given:
+        return f"k0s binary {given}"
+    version = _k0s_setting(topo, extra, "k0s_version")
+    cached = REPO_ROOT / ".cache" / "k0s" / f"k0s-{version}-amd64"
+    if cached.is_file():
+        return f"cached k0s {cached}"
+    base = _k0s_setting(topo, extra, "k0s_download_base_url")
+    url = f"{base}/{version}/k0s-{version}-amd64"
+    try:
+        req = urllib.request.Request(url, method="HEAD")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            if resp.status < 400:
+                return f"k0s {version} downloadable from {base}"
+    except (urllib.error.URLError, OSError, ValueError):
+        pass
+    return ""
+
+
+def build(out: Any = sys.stdout) -> Path:
+    """Run scripts/build-apiserver (it reuses its cache), echoing its progress lines; its
+    directory, or RuntimeError with its last line."""
+    proc = subprocess.Popen([str(BUILD)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stderr is not None and proc.stdout is not None
+    last = ""
+    for line in proc.stderr:
+        if line.strip():
+            last = line.strip()
+            if last.startswith("build-apiserver:"):
+                print(f"    {last}", file=out, flush=True)
+    stdout = proc.stdout.read()
+    if proc.wait() != 0:
+        raise RuntimeError(last or f"scripts/build-apiserver exit {proc.returncode}")
+    return Path(stdout.strip().splitlines()[-1])
+
+
+def up_vars(topo: Topology, extra: dict[str, Any], mode: str, out: Any = sys.stdout) -> dict[str, Any]:
+    """Variables for roles/crd_apiserver: build the stand-in when k0s cannot be had (auto),
+    always (on), or switch it off (off)."""
+    if mode == "off":
+        return {"crd_apiserver_enabled": False}
+    if mode == "auto":
+        source = k0s_source(topo, extra)
+        if source:
+            print(f"    Kubernetes API: k0s's own ({source}); no stand-in built", file=out, flush=True)
+            return {}
+    print("    Kubernetes API: no k0s binary here; building (or reusing) Kubernetes' CRD API "
+          "server v1.36.4 from Debian's sources as a stand-in (scripts/build-apiserver; "
+          "about 6 min the first time, cached after)", file=out, flush=True)
+    return {"crd_apiserver_dir": str(build(out))}

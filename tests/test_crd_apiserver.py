@@ -1,0 +1,161 @@
+"""roles/crd_apiserver's filters: the etcd flags k0s would give kube-apiserver for a k0s.yaml,
+the serving certificate's SANs, systemd quoting, what a node must hold; and the CLI's choice
+of API (stand-in or k0s) and its verify table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load() -> ModuleType:
+    path = REPO / "roles" / "crd_apiserver" / "filter_plugins" / "crd_apiserver.py"
+    spec = importlib.util.spec_from_file_location("crd_apiserver", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+crd = _load()
+TLS = {"caFile": "/etc/k0s/etcd/ca.crt", "clientCertFile": "/etc/k0s/etcd/client.crt",
+       "clientKeyFile": "/etc/k0s/etcd/client.key"}
+
+
+def k0s_yaml(api: dict[str, Any] | None = None, **ext: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"storage": {"type": "etcd", "etcd": {"externalCluster": ext}}}
+    if api is not None:
+        spec["api"] = api
+    return {"apiVersion": "k0s.k0sproject.io/v1beta1", "kind": "ClusterConfig", "spec": spec}
+
+
+def test_etcd_args_with_tls_are_k0s_s() -> None:
+    cfg = k0s_yaml(endpoints=["https://10.0.0.11:2379", "https://10.0.0.12:2379"],
+                   etcdPrefix="tenant-a", **TLS)
+    assert crd.crd_apiserver_etcd_args(cfg) == {
+        "etcd-servers": "https://10.0.0.11:2379,https://10.0.0.12:2379",
+        "etcd-cafile": TLS["caFile"], "etcd-certfile": TLS["clientCertFile"],
+        "etcd-keyfile": TLS["clientKeyFile"], "etcd-prefix": "tenant-a"}
+
+
+def test_etcd_args_without_tls_have_no_tls_flags() -> None:
+    args = crd.crd_apiserver_etcd_args(k0s_yaml(endpoints=["http://10.0.0.11:2379"],
+                                                etcdPrefix="/t/"))
+    assert args == {"etcd-servers": "http://10.0.0.11:2379", "etcd-prefix": "/t/"}
+
+
+def test_extra_args_pass_etcd_flags_k0s_does_not_set_and_cannot_override_its_own() -> None:
+    api = {"extraArgs": {"etcd-compaction-interval": "10s", "etcd-prefix": "/other",
+                         "etcd-servers": "http://evil:2379", "audit-log-path": "-"}}
+    args = crd.crd_apiserver_etcd_args(k0s_yaml(api, endpoints=["https://e:2379"],
+                                                etcdPrefix="t", **TLS))
+    assert args["etcd-compaction-interval"] == "10s"
+    assert args["etcd-prefix"] == "t" and args["etcd-servers"] == "https://e:2379"
+    assert "audit-log-path" not in args
+
+
+@pytest.mark.parametrize(("cfg", "message"), [
+    ({"spec": {"storage": {"type": "kine"}}}, "storage.type is 'kine'"),
+    (k0s_yaml(etcdPrefix="t"), "no spec.storage.etcd.externalCluster.endpoints"),
+    ({}, "no spec.storage.etcd.externalCluster.endpoints"),
+])
+def test_etcd_args_refuse_what_k0s_would_not_give(cfg: dict[str, Any], message: str) -> None:
+    with pytest.raises(Exception, match=message.replace(".", r"\.")):
+        crd.crd_apiserver_etcd_args(cfg)
+
+
+def test_sans_from_k0s_yaml_then_extras_deduplicated() -> None:
+    cfg = k0s_yaml({"address": "10.0.0.21", "sans": ["10.0.0.21", "10.0.0.30"],
+                    "externalAddress": "10.0.0.30"}, endpoints=["x"])
+    assert crd.crd_apiserver_sans(cfg, ["10.0.0.21", "ctrl-1", "127.0.0.1", ""]) == [
+        "IP:10.0.0.21", "IP:10.0.0.30", "DNS:ctrl-1", "IP:127.0.0.1"]
+
+
+def test_certificates_one_ca_and_admin_per_tenant_a_serving_cert_per_controller() -> None:
+    hosts = [
+        {"inventory_hostname": "c1", "k0s_tenant": "a", "node_address": "10.0.0.21",
+         "crd_apiserver_k0s_yaml": k0s_yaml({"address": "10.0.0.21", "externalAddress": "10.0.0.30"})},
+        {"inventory_hostname": "c2", "k0s_tenant": "a", "node_address": "10.0.0.22"},
+        {"inventory_hostname": "c3", "k0s_tenant": "b", "node_address": "10.0.0.23"},
+    ]
+    certs = crd.crd_apiserver_certificates(hosts, "CA")
+    names = [(c["tenant"], c["name"]) for c in certs]
+    assert names == [("a", "ca"), ("a", "admin"), ("a", "serving-c1"), ("a", "serving-c2"),
+                     ("b", "ca"), ("b", "admin"), ("b", "serving-c3")]
+    admin = certs[1]
+    assert admin["o"] == ["system:masters"] and admin["eku"] == ["clientAuth"]
+    assert "IP:10.0.0.30" in certs[2]["sans"] and "DNS:c1" in certs[2]["sans"]
+    assert certs[4]["cn"] != certs[0]["cn"]  # each tenant its own CA
+
+
+def test_systemd_quote() -> None:
+    assert crd.crd_apiserver_systemd_quote('--etcd-prefix=/a b"%') == '"--etcd-prefix=/a b\\"%%"'
+
+
+def test_differs_compares_checksum_mode_and_owner(tmp_path: Path) -> None:
+    src = tmp_path / "f"
+    src.write_text("x")
+    entry = {"dest": "/etc/f", "src": str(src), "owner": "kube-apiserver", "group": "root",
+             "mode": "0600"}
+    want = crd.crd_apiserver_want(entry)
+    assert want.endswith(" 600:kube-apiserver:root")
+    assert crd.crd_apiserver_differs([entry], {"file:/etc/f": want}) == []
+    assert crd.crd_apiserver_differs([entry], {"file:/etc/f": want.replace("600", "640")}) == [entry]
+    assert crd.crd_apiserver_differs([entry], {}) == [entry]
+    content = {"dest": "/etc/u", "content": "unit", "owner": "root", "group": "root", "mode": "0644"}
+    assert crd.crd_apiserver_differs([content], {"file:/etc/u": crd.crd_apiserver_want(content)}) == []
+
+
+def test_expiring(tmp_path: Path) -> None:
+    assert crd.crd_apiserver_expiring([str(tmp_path / "missing.crt")], 30) == [
+        str(tmp_path / "missing.crt")]
+
+
+def test_up_vars_off_and_k0s_available(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from sandboxlib import apiserver
+    from sandboxlib.topology import load
+
+    topo = load("default")
+    assert apiserver.up_vars(topo, {}, "off") == {"crd_apiserver_enabled": False}
+    binary = tmp_path / "k0s"
+    binary.write_text("")
+    monkeypatch.setenv("K0S_BINARY", str(binary))
+    assert apiserver.k0s_source(topo, {}).startswith("k0s binary")
+    assert apiserver.up_vars(topo, {}, "auto") == {}  # k0s's own kube-apiserver: nothing built
+
+
+def test_up_vars_on_builds_and_reports_a_failed_build(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    from sandboxlib import apiserver
+    from sandboxlib.topology import load
+
+    fake = tmp_path / "build"
+    fake.write_text("#!/bin/sh\necho 'build-apiserver: could not build: mirror down' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(apiserver, "BUILD", fake)
+    with pytest.raises(RuntimeError, match="mirror down"):
+        apiserver.up_vars(load("default"), {}, "on")
+
+
+def test_verify_table(tmp_path: Path) -> None:
+    from sandboxlib import report
+
+    path = tmp_path / "verify.json"
+    path.write_text(json.dumps({"checks": [
+        {"name": "a", "ok": True, "detail": "fine"},
+        {"name": "b", "ok": False, "detail": "broken"},
+        {"name": "c", "ok": True, "skipped": True, "detail": "SKIPPED: why"}],
+        "certificates": [{"file": "/x/ca.crt", "days_left": 3649}]}))
+    text = report.verify_table(path)
+    lines = text.splitlines()
+    assert lines[0].split() == ["RESULT", "CHECK", "DETAIL"]
+    assert lines[1].split()[:2] == ["PASS", "a"] and lines[2].split()[:3] == ["FAIL", "b", "broken"]
+    assert lines[3].split()[:2] == ["SKIP", "c"]
+    assert "1 passed, 1 failed, 1 skipped" in text and "3649 days (ca.crt)" in text
