@@ -50,15 +50,17 @@ def write_topology(tmp_path: Path) -> Callable[..., Path]:
 
 
 def run_sandbox(args: list[str], state_dir: Path, *, timeout: float = 60,
-                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run scripts/sandbox as a user would, with its own state dir."""
+                env: dict[str, str] | None = None,
+                stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run scripts/sandbox as a user would, with its own state dir (and ``stdin``)."""
     full_env = dict(os.environ, SANDBOX_STATE_DIR=str(state_dir))
     full_env.pop("SANDBOX_BACKEND", None)
     full_env.pop("SANDBOX_TOPOLOGY", None)
     if env:
         full_env.update(env)
     return subprocess.run([str(SCRIPTS / "sandbox"), *args], cwd=REPO_ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+                          input=stdin, capture_output=True, text=True, timeout=timeout,
+                          check=False)
 
 
 def podman_objects(topology_name: str) -> list[str]:

@@ -61,6 +61,15 @@ def test_shipped_topology_end_to_end(shipped: str, tmp_path: Path) -> None:
         tenants = data.get("tenants", [])
         preflights = [n for n in names if n.endswith("preflight as kube-apiserver")]
         assert len(preflights) == sum(len(t["controllers"]) for t in tenants), names
+        # Every tenant's Kubernetes API (the CRD API server stand-in here: no k0s binary) did
+        # the round trip, and its objects are under its prefix only, not seen by the others.
+        passed = {c["name"] for c in report["checks"] if c["ok"] and not c.get("skipped")}
+        for t in tenants:
+            for check in ("a watch sees the change (ADDED, then MODIFIED)",
+                          "the API server sees its own check objects and no other tenant's"):
+                assert f"{t['name']}: {check}" in passed, names
+            assert any(n.startswith(f"{t['name']}: its API server's objects are only under")
+                       for n in passed), names
         if data.get("tls", True):
             assert sum("client with another CA's certificate refused" in n for n in names) == etcd_count
             assert sum("CIS 2.5 peer-client-cert-auth=true" in n for n in names) == etcd_count
