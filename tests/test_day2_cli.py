@@ -63,6 +63,19 @@ def test_reset_unknown_tenant(tmp_path: Path, write_topology: Callable[..., Path
     assert "no tenant 'nope'" in line and "tenants: ta" in line
 
 
+def test_reset_tenant_refuses_controller_that_is_an_etcd_member(
+        tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    doc = base_topology()
+    doc["name"] = "t-day2-k"
+    doc["nodes"][1]["groups"] = ["k0s_controller", "etcd"]   # c1 is also an etcd member
+    doc["nodes"].append({"name": "e2", "groups": ["etcd"], "host": 12})   # 3 members
+    res = run_sandbox(["reset", "-t", str(write_topology(doc)), "--tenant", "ta"], tmp_path)
+    line = _one_line_error(res)
+    assert "reset --tenant ta: c1 is also in the etcd group" in line, line
+    assert "deletes the system user `etcd`" in line and "Nothing was changed" in line
+    assert not (tmp_path / "t-day2-k" / "logs").exists()
+
+
 def test_reset_tenant_with_pki(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
     topo = _topology(write_topology, "t-day2-e")
     res = run_sandbox(["reset", "-t", str(topo), "--tenant", "ta", "--pki"], tmp_path)

@@ -18,16 +18,17 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load() -> ModuleType:
-    path = REPO / "roles" / "k0s_controller" / "filter_plugins" / "k0s_config.py"
-    spec = importlib.util.spec_from_file_location("k0s_config", path)
+def _load(name: str) -> ModuleType:
+    path = REPO / "roles" / "k0s_controller" / "filter_plugins" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-k0s = _load()
+k0s = _load("k0s_config")
+k0s_install = _load("k0s_install")
 TLS = {"caFile": "/etc/k0s/etcd/ca.crt", "clientCertFile": "/etc/k0s/etcd/client.crt",
        "clientKeyFile": "/etc/k0s/etcd/client.key"}
 
@@ -103,6 +104,118 @@ def test_registry_prefix_warns() -> None:
     assert k0s.k0s_tenant_warnings([{"name": "new", "prefix": "k0s"}]) == []
 
 
+# --- spec, spec.api, spec.storage: k0s's fields and rules --------------------------------
+
+CRD = REPO.parent / "shared" / "reference" / "k0s-v1.36.3-clusterconfig-crd.yaml"
+
+
+def spec(**extra: Any) -> dict[str, Any]:
+    """A ClusterConfig as the role builds it, with `extra` merged into spec.api."""
+    api = {"address": "10.0.0.21", "sans": ["10.0.0.21"], **extra}
+    return {"spec": {"api": api, "storage": cfg(endpoints=["https://10.0.0.11:2379"],
+                                                 etcdPrefix="t", **TLS)["spec"]["storage"]}}
+
+
+def test_role_shaped_spec_passes() -> None:
+    good = spec(externalAddress="10.0.0.30", sans=["10.0.0.21", "k0s.example.com", "fd00::1"],
+                extraArgs={"etcd-compaction-interval": "0"}, rawArgs=["--v=2"], port=6443,
+                k0sApiPort=9443, onlyBindToAddress=False)
+    assert k0s.k0s_spec_errors(good) == []
+    assert k0s.k0s_spec_errors(spec(externalAddress="lb.example.com:6443")) == []
+    assert k0s.k0s_spec_errors(spec(externalAddress="[fd00::30]:6443")) == []
+
+
+@pytest.mark.parametrize(
+    ("config", "fragments"),
+    [
+        ({"spec": {**spec()["spec"], "apiserver": {}}},
+         ["spec.apiserver: unknown field", 'unknown field "apiserver"', "did you mean 'api'?",
+          "k0s_spec_extra"]),
+        (spec(externalAdress="10.0.0.30"),
+         ["spec.api.externalAdress: unknown field", "without a word",
+          "did you mean 'externalAddress'?"]),
+        ({"spec": {**spec()["spec"], "storage": {**spec()["spec"]["storage"], "etcdd": {}}}},
+         ["spec.storage.etcdd: unknown field", "did you mean 'etcd'?"]),
+        (spec(address="0.0.0.0"), ["spec.api.address: '0.0.0.0' is INADDR_ANY", "invalid INADDR_ANY",
+                                   "node_address"]),
+        (spec(address="::"), ["spec.api.address: '::' is INADDR_ANY"]),
+        (spec(address="k0s-1.example.com"),
+         ["spec.api.address: 'k0s-1.example.com' is not an IP address", "invalid IP address"]),
+        (spec(address="10.0.0.21:6443"), ["spec.api.address: '10.0.0.21:6443' is not an IP address"]),
+        (spec(externalAddress="lb example"),
+         ["spec.api.externalAddress: 'lb example' is neither an IP address nor a DNS name"]),
+        (spec(externalAddress="0.0.0.0"), ["spec.api.externalAddress: '0.0.0.0' is INADDR_ANY"]),
+        (spec(sans=["10.0.0.21", "https://lb"]),
+         ["spec.api.sans[1]: 'https://lb' is neither an IP address nor a DNS name"]),
+        (spec(sans="10.0.0.21"), ["spec.api.sans: must be a list"]),
+        (spec(extraArgs={"etcd-compaction-interval": 0}),
+         ["spec.api.extraArgs.etcd-compaction-interval: int value 0", "map[string]string",
+          'quote it: etcd-compaction-interval: "0"']),
+        (spec(extraArgs={"anonymous-auth": False}),
+         ["spec.api.extraArgs.anonymous-auth: bool value False", 'anonymous-auth: "false"']),
+        (spec(extraArgs=["--v=2"]), ["spec.api.extraArgs: must be a mapping"]),
+        (spec(rawArgs="--v=2"), ["spec.api.rawArgs: must be a list of strings"]),
+        (spec(port=0), ["spec.api.port: '0' is not a port number"]),
+        (spec(k0sApiPort="9443"), ["spec.api.k0sApiPort: '9443' is not a port number"]),
+    ],
+    ids=["unknown-spec-key", "unknown-api-key", "unknown-storage-key", "address-any-v4",
+         "address-any-v6", "address-dns-name", "address-with-port", "external-bad",
+         "external-any", "san-url", "sans-not-list", "extra-arg-int", "extra-arg-bool",
+         "extra-args-list", "raw-args-string", "port-zero", "port-string"],
+)
+def test_bad_spec_rejected_naming_field_and_fix(config: dict[str, Any], fragments: list[str]) -> None:
+    errors = k0s.k0s_spec_errors(config)
+    assert len(errors) == 1, errors
+    for fragment in fragments:
+        assert fragment in errors[0], errors
+
+
+def test_fields_k0s_ignores_warn_and_do_not_fail() -> None:
+    config = {"spec": {**spec()["spec"], "podSecurityPolicy": {"defaultPolicy": "x"}}}
+    assert k0s.k0s_spec_errors(config) == []
+    assert ["spec.podSecurityPolicy: k0s ignores this field"] == [
+        w.split(" (")[0] for w in k0s.k0s_spec_warnings(config)]
+
+
+def test_known_fields_match_k0s_crd() -> None:
+    """The field lists in the filter plugin are those of k0s's ClusterConfig CRD."""
+    if not CRD.is_file():
+        pytest.skip(f"SKIPPED: k0s's ClusterConfig CRD not found at {CRD} (shared/reference "
+                    "beside the project): the field lists were not compared with it")
+    crd = yaml.safe_load(CRD.read_text())
+    schema = next(v for v in crd["spec"]["versions"] if v["name"] == "v1beta1")
+    props = schema["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    storage = props["storage"]["properties"]
+    assert sorted(k0s.CLUSTER_SPEC_KEYS) == sorted(props)
+    assert sorted(k0s.API_SPEC_KEYS) == sorted(props["api"]["properties"])
+    assert sorted(k0s.STORAGE_SPEC_KEYS) == sorted(storage)
+    assert sorted(k0s.ETCD_CONFIG_KEYS) == sorted(storage["etcd"]["properties"])
+    assert sorted(k0s.EXTERNAL_CLUSTER_KEYS) == sorted(
+        storage["etcd"]["properties"]["externalCluster"]["properties"])
+    # extraArgs is k0s's map[string]string.
+    assert props["api"]["properties"]["extraArgs"]["additionalProperties"] == {"type": "string"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--enable-worker"], "'--enable-worker' is managed by the role (set k0s_enable_worker: true)"),
+        (["--token-file=/tmp/t"], "'--token-file=/tmp/t' is managed by the role"),
+        (["-c", "/etc/other.yaml"], "'-c' is managed by the role"),
+        (["--force"], "'--force' is managed by the role"),
+        (["--data-dir=/srv/k0s"], "'--data-dir=/srv/k0s' is managed by the role"),
+        ("--debug", "must be a list of strings"),
+    ],
+)
+def test_install_flags_the_role_manages_are_refused(flags: Any, fragment: str) -> None:
+    errors = k0s_install.k0s_install_flag_errors(flags)
+    assert any(fragment in e for e in errors), errors
+
+
+def test_other_install_flags_pass() -> None:
+    assert k0s_install.k0s_install_flag_errors(["--debug", "--labels=a=b", "--cri-socket", "x"]) == []
+
+
 def test_normalize_prefix() -> None:
     assert k0s.k0s_normalize_prefix("k0s-tenant") == "/k0s-tenant/"
     assert k0s.k0s_normalize_prefix("/k0s-tenant/") == "/k0s-tenant/"
@@ -133,9 +246,25 @@ def _inventory(tmp_path: Path, tenants: list[dict[str, Any]], extra_vars: dict[s
         ([{"name": "a", "prefix": "k0s", "controllers": ["c1", "c2"]}], {}, "need a TCP load balancer"),
         ([{"name": "a", "prefix": "k0s", "controllers": ["c1"]}],
          {"k0s_binary": "/nonexistent/k0s"}, "K0S_BINARY / k0s_binary"),
+        ([{"name": "a", "prefix": "k0s", "controllers": ["c1"]}],
+         {"k0s_spec_extra": {"api": {"address": "0.0.0.0"}}},
+         "c1: spec.api.address: '0.0.0.0' is INADDR_ANY"),
+        ([{"name": "a", "prefix": "k0s", "controllers": ["c1"]}],
+         {"k0s_spec_extra": {"apiServer": {"extraArgs": {"v": "2"}}}},
+         "c1: spec.apiServer: unknown field"),
+        ([{"name": "a", "prefix": "k0s", "controllers": ["c1"]}],
+         {"k0s_spec_extra": {"api": {"sans": ["k0s.example.com", "bad name"]}}},
+         "spec.api.sans[1]: 'bad name' is neither an IP address nor a DNS name"),
+        ([{"name": "a", "prefix": "k0s", "controllers": ["c1"]}],
+         {"k0s_spec_extra": {"api": {"extraArgs": {"etcd-compaction-interval": 0}}}},
+         'quote it: etcd-compaction-interval: "0"'),
+        ([{"name": "a", "prefix": "k0s", "controllers": ["c1"]}],
+         {"k0s_install_extra_flags": ["--token-file=/tmp/t"]},
+         "k0s_install_extra_flags: '--token-file=/tmp/t' is managed by the role"),
     ],
     ids=["nested-prefix", "empty-prefix", "partial-tls", "empty-endpoint", "ha-without-lb",
-         "missing-binary-path"],
+         "missing-binary-path", "api-address-any", "unknown-spec-key", "bad-san",
+         "extra-arg-not-string", "managed-install-flag"],
 )
 def test_site_validation_stops_before_any_node(tmp_path: Path, tenants: list[dict[str, Any]],
                                                extra: dict[str, Any], message: str) -> None:
@@ -149,3 +278,16 @@ def test_site_validation_stops_before_any_node(tmp_path: Path, tenants: list[dic
     assert result.returncode != 0, output
     assert message in output, output
     assert "UNREACHABLE" not in output
+
+
+def test_role_variables_in_sync_with_argument_spec_and_readme() -> None:
+    """defaults/main.yml, meta/argument_specs.yml and the README's table name the same
+    variables."""
+    role = REPO / "roles" / "k0s_controller"
+    defaults = set(yaml.safe_load((role / "defaults" / "main.yml").read_text()))
+    spec_doc = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+    spec_options = set(spec_doc["argument_specs"]["main"]["options"])
+    readme = {line.split("`")[1] for line in (role / "README.md").read_text().splitlines()
+              if line.startswith("| `k0s_")}
+    assert defaults == spec_options == readme, (defaults ^ spec_options, defaults ^ readme)
+    assert not any("apiserver_user" in name for name in defaults | spec_options | readme)

@@ -108,6 +108,17 @@ def cmd_reset(args: argparse.Namespace) -> int:
                                  f"'{sb.topo.name}'; tenants: {', '.join(names) or 'none'}")
         if args.pki:
             raise cli.UsageError("reset: --pki goes with a full reset, not with --tenant")
+        tenant = next(t for t in sb.topo.tenants if t.name == args.tenant)
+        members = {n.name for n in sb.topo.group("etcd")}
+        both = [c for c in tenant.controllers if c in members]
+        if both:
+            # The same refusal as playbooks/reset.yml's, before any playbook runs.
+            raise cli.UsageError(
+                f"reset --tenant {args.tenant}: {', '.join(both)} "
+                f"{'is' if len(both) == 1 else 'are'} also in the etcd group, and `k0s reset` "
+                "deletes the system user `etcd` the etcd member there runs as; with --tenant "
+                "etcd keeps running. Nothing was changed. Reset everything (scripts/sandbox "
+                "reset), or put the tenant's controllers on nodes that are not etcd members")
         extra["reset_tenant"] = args.tenant
     if args.pki:
         extra["reset_pki"] = True

@@ -4,10 +4,22 @@ k0s (v1.36) rejects a config at ``k0s install controller`` / ``k0s config valida
 the messages below; the sandbox adds its own checks on top (https:// endpoints need the TLS
 files; tenant prefixes must not collide once normalised as kube-apiserver does). Running
 them before any node changes gives the same answer k0s would, earlier.
+
+The field lists below are taken from k0s v1.36.3+k0s.2's Go types (json tags of
+pkg/apis/k0s/v1beta1 ClusterSpec, APISpec, StorageSpec, EtcdConfig, ExternalCluster);
+tests/test_k0s_validation.py compares them with k0s's ClusterConfig CRD. How k0s reads
+k0s.yaml: strictly at the top of spec (an unknown key stops `k0s install` / `k0s controller`
+with `unknown field "KEY"`; only "interval" and "podSecurityPolicy" are let through,
+internal/pkg/strictyaml), but spec.api and spec.storage have their own UnmarshalJSON with a
+plain json.Unmarshal, which drops unknown keys silently (golang/go#41144): a misspelt
+`externalAdress` would simply have no effect. The sandbox rejects both.
 """
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
+import re
 from typing import Any
 
 K0S_ENDPOINTS_EMPTY = "spec.storage.etcd.externalCluster.endpoints cannot be null or empty"
@@ -18,6 +30,18 @@ K0S_TLS_ALL_OR_NONE = (
     "spec.storage.etcd.externalCluster is invalid: all TLS properties "
     "[caFile,clientCertFile,clientKeyFile] must be defined or none of those")
 TLS_KEYS = ("caFile", "clientCertFile", "clientKeyFile")
+
+# Known keys, from k0s v1.36.3+k0s.2's json tags (pkg/apis/k0s/v1beta1).
+CLUSTER_SPEC_KEYS = ("api", "controllerManager", "scheduler", "storage", "network",
+                     "workerProfiles", "telemetry", "installConfig", "images", "extensions",
+                     "konnectivity", "featureGates", "metricsServer")
+# Unknown-field errors naming these are discarded by k0s (strictyaml's ignore list).
+CLUSTER_SPEC_IGNORED = ("interval", "podSecurityPolicy")
+API_SPEC_KEYS = ("address", "onlyBindToAddress", "externalAddress", "extraArgs", "rawArgs",
+                 "k0sApiPort", "port", "sans", "ca")
+STORAGE_SPEC_KEYS = ("type", "etcd", "kine")
+ETCD_CONFIG_KEYS = ("externalCluster", "peerAddress", "extraArgs", "rawArgs", "ca")
+EXTERNAL_CLUSTER_KEYS = ("endpoints", "etcdPrefix", *TLS_KEYS)
 
 
 def k0s_external_cluster_errors(config: dict[str, Any]) -> list[str]:
@@ -50,6 +74,199 @@ def k0s_external_cluster_errors(config: dict[str, Any]) -> list[str]:
             errors.append(f"spec.storage.etcd.externalCluster.endpoints: '{e}' needs a scheme "
                           "(https://host:2379 or http://host:2379)")
     return errors
+
+
+def _is_ip(value: str) -> bool:
+    """An IP address as Go's net.ParseIP accepts it (no zone, no brackets)."""
+    if "%" in value:
+        return False
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+# A DNS name by the rule k0s applies (govalidator.IsDNSName): labels of letters, digits,
+# '_' and '-' (not starting with '-'), at most 63 characters each, dot-separated, at most
+# 255 characters without the dots, and not an IP address.
+_DNS_LABEL = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
+_DNS_NAME_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*[._]?$")
+
+
+def _is_dns_name(value: str) -> bool:
+    return (bool(value) and len(value.replace(".", "")) <= 255 and not _is_ip(value)
+            and bool(_DNS_NAME_RE.match(value)))
+
+
+def _host_of(address: str) -> str:
+    """The host part of 'host', 'host:port' or '[v6]:port' (k0s's APISpec.ExternalHost)."""
+    if address.startswith("["):
+        host, sep, rest = address[1:].partition("]")
+        return host if sep and rest.startswith(":") else address
+    if address.count(":") == 1:
+        return address.split(":", 1)[0]
+    return address
+
+
+def _closest(key: str, known: tuple[str, ...]) -> str | None:
+    """The known field a misspelt key most likely meant: same letters in another case, a
+    known field the key starts with (apiServer -> api), else the closest spelling."""
+    lower = {k.lower(): k for k in known}
+    if key.lower() in lower:
+        return lower[key.lower()]
+    prefixes = [k for k in known if key.lower().startswith(k.lower())]
+    if prefixes:
+        return max(prefixes, key=len)
+    close = difflib.get_close_matches(key.lower(), list(lower), n=1)
+    return lower[close[0]] if close else None
+
+
+_STRICT = 'k0s refuses k0s.yaml with: unknown field "{key}"'
+_SILENT = "k0s drops unknown keys under {path} without a word: it would have no effect"
+
+
+def _unknown(path: str, keys: Any, known: tuple[str, ...], consequence: str) -> list[str]:
+    """One error per key of `keys` not in `known`, naming the closest known one."""
+    errors = []
+    for key in keys:
+        if key in known:
+            continue
+        close = _closest(str(key), known)
+        hint = f"did you mean '{close}'? " if close else ""
+        errors.append(
+            f"{path}.{key}: unknown field ({consequence.format(key=key, path=path)}); {hint}"
+            f"remove or rename it in k0s_spec_extra (known fields of {path}: {', '.join(known)})")
+    return errors
+
+
+def _port_errors(path: str, value: Any) -> list[str]:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        return [(f"{path}: '{value}' is not a port number; give an integer from 1 to 65535 "
+                 "in k0s_spec_extra or leave it out for k0s's default")]
+    return []
+
+
+def k0s_spec_errors(config: dict[str, Any]) -> list[str]:
+    """Errors k0s would report (or silently act on) in spec, spec.api and spec.storage.
+
+    Unknown keys, spec.api.address (an IP, not INADDR_ANY), externalAddress and sans (IP
+    addresses or DNS names), extraArgs (a map of strings: k0s's map[string]string), rawArgs
+    and sans (lists of strings), ports.
+    """
+    spec = (config or {}).get("spec")
+    if spec is None:
+        return []
+    if not isinstance(spec, dict):
+        return ["spec: must be a mapping; give k0s_spec_extra as a mapping of ClusterConfig spec fields"]
+    errors = _unknown("spec", [k for k in spec if k not in CLUSTER_SPEC_IGNORED],
+                      CLUSTER_SPEC_KEYS, _STRICT)
+    api = spec.get("api")
+    if api is not None:
+        errors += _api_errors(api)
+    storage = spec.get("storage")
+    if storage is not None:
+        errors += _storage_errors(storage)
+    return errors
+
+
+def _api_errors(api: Any) -> list[str]:
+    if not isinstance(api, dict):
+        return ["spec.api: must be a mapping (address, externalAddress, sans, extraArgs, ...)"]
+    errors = _unknown("spec.api", api, API_SPEC_KEYS, _SILENT)
+    address = api.get("address")
+    if not isinstance(address, str) or not _is_ip(address):
+        errors.append(
+            f"spec.api.address: '{address}' is not an IP address (k0s: invalid IP address); "
+            "k0s needs the controller's own IP: set node_address (or k0s_spec_extra "
+            "api.address) to an IP address of the controller")
+    elif ipaddress.ip_address(address).is_unspecified:
+        errors.append(
+            f"spec.api.address: '{address}' is INADDR_ANY (k0s: invalid INADDR_ANY); set "
+            "node_address (or k0s_spec_extra api.address) to an IP address of the controller")
+    external = api.get("externalAddress")
+    if external not in (None, ""):
+        host = _host_of(str(external)) if isinstance(external, str) else ""
+        if not (_is_ip(host) or _is_dns_name(host)):
+            errors.append(
+                f"spec.api.externalAddress: '{external}' is neither an IP address nor a DNS "
+                "name (k0s: invalid IP address / DNS name); give the load balancer's address "
+                "(node_address of the lb node, or k0s_spec_extra api.externalAddress)")
+        elif _is_ip(host) and ipaddress.ip_address(host).is_unspecified:
+            errors.append(
+                f"spec.api.externalAddress: '{external}' is INADDR_ANY, which no client can "
+                "connect to (k0s refuses 0.0.0.0 and :: here: invalid INADDR_ANY); give the "
+                "address clients reach the load balancer at")
+    sans = api.get("sans")
+    if sans is not None:
+        if not isinstance(sans, list):
+            errors.append("spec.api.sans: must be a list of IP addresses and DNS names")
+        else:
+            for i, san in enumerate(sans):
+                if not (isinstance(san, str) and (_is_ip(san) or _is_dns_name(san))):
+                    errors.append(
+                        f"spec.api.sans[{i}]: '{san}' is neither an IP address nor a DNS name "
+                        "(k0s: invalid IP address / DNS name); fix or remove it in k0s_spec_extra")
+    errors += _string_map("spec.api.extraArgs", api.get("extraArgs"), "kube-apiserver")
+    errors += _string_list("spec.api.rawArgs", api.get("rawArgs"))
+    if "onlyBindToAddress" in api and not isinstance(api["onlyBindToAddress"], bool):
+        errors.append(f"spec.api.onlyBindToAddress: '{api['onlyBindToAddress']}' is not a "
+                      "boolean; give true or false")
+    for port in ("port", "k0sApiPort"):
+        if port in api:
+            errors += _port_errors(f"spec.api.{port}", api[port])
+    return errors
+
+
+def _storage_errors(storage: Any) -> list[str]:
+    if not isinstance(storage, dict):
+        return ["spec.storage: must be a mapping (type, etcd)"]
+    errors = _unknown("spec.storage", storage, STORAGE_SPEC_KEYS, _SILENT)
+    etcd = storage.get("etcd")
+    if isinstance(etcd, dict):
+        errors += _unknown("spec.storage.etcd", etcd, ETCD_CONFIG_KEYS, _SILENT)
+        errors += _string_map("spec.storage.etcd.extraArgs", etcd.get("extraArgs"), "etcd")
+        ext = etcd.get("externalCluster")
+        if isinstance(ext, dict):
+            errors += _unknown("spec.storage.etcd.externalCluster", ext, EXTERNAL_CLUSTER_KEYS,
+                               _SILENT)
+    return errors
+
+
+def _string_map(path: str, value: Any, component: str) -> list[str]:
+    """k0s's map[string]string: a YAML number or boolean there makes k0s refuse k0s.yaml."""
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        return [(f"{path}: must be a mapping of flag names to string values (k0s: "
+                 'map[string]string), e.g. {etcd-compaction-interval: "5m"}')]
+    errors = []
+    for k, v in value.items():
+        if isinstance(k, str) and isinstance(v, str):
+            continue
+        shown = str(v).lower() if isinstance(v, bool) else str(v)
+        errors.append(
+            f"{path}.{k}: {type(v).__name__} value {v!r}, but k0s takes only strings here "
+            f'(map[string]string) and refuses k0s.yaml otherwise; quote it: {k}: "{shown}" '
+            f"(passed to {component} as --{k}={shown})")
+    return errors
+
+
+def _string_list(path: str, value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return [f"{path}: must be a list of strings, e.g. [\"--flag=value\"]"]
+    return []
+
+
+def k0s_spec_warnings(config: dict[str, Any]) -> list[str]:
+    spec = (config or {}).get("spec") or {}
+    return [
+        f"spec.{key}: k0s ignores this field (it discards unknown-field errors naming it); "
+        "remove it from k0s_spec_extra"
+        for key in (spec if isinstance(spec, dict) else {}) if key in CLUSTER_SPEC_IGNORED
+    ]
 
 
 def k0s_normalize_prefix(prefix: str) -> str:
@@ -97,6 +314,8 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "k0s_external_cluster_errors": k0s_external_cluster_errors,
+            "k0s_spec_errors": k0s_spec_errors,
+            "k0s_spec_warnings": k0s_spec_warnings,
             "k0s_tenant_errors": k0s_tenant_errors,
             "k0s_tenant_warnings": k0s_tenant_warnings,
             "k0s_normalize_prefix": k0s_normalize_prefix,

@@ -1,0 +1,246 @@
+"""The k0s install plan (roles/k0s_controller tasks/plan.yml and filter k0s_install_plan):
+which controller bootstraps a tenant, which join it with a token, which get their unit
+rewritten (`k0s install controller --force`) because the install flags or the unit changed.
+
+k0s itself cannot run here, so the install/start/join commands are not executed: the plan
+runs as the role runs it (set_fact and filters only, no node contacted) on probe answers
+given as host variables, and the test checks the decisions and the exact argv.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+_PLUGIN = REPO / "roles" / "k0s_controller" / "filter_plugins" / "k0s_install.py"
+_SPEC = importlib.util.spec_from_file_location("k0s_install", _PLUGIN)
+assert _SPEC and _SPEC.loader
+k0s = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(k0s)
+UNIT = "/etc/systemd/system/k0scontroller.service"
+STATE = "/etc/k0s/install-state.json"
+BASE_ARGV = ["/usr/local/bin/k0s", "install", "controller", "-c", "/etc/k0s/k0s.yaml"]
+TOKEN = ["--token-file", "/etc/k0s/join-token"]
+
+
+# --- the filter ----------------------------------------------------------------------------
+
+def test_bootstrap_is_the_first_controller_while_none_has_k0s() -> None:
+    assert k0s.k0s_bootstrap_controller(["a", "b"], {"a": False, "b": False}) == "a"
+
+
+def test_bootstrap_is_the_first_controller_with_k0s() -> None:
+    assert k0s.k0s_bootstrap_controller(["a", "b", "c"], {"a": False, "b": "no", "c": True}) == "c"
+
+
+def test_first_controller_without_k0s_joins_the_one_that_has_it() -> None:
+    """Reinstalling controllers[0] while another controller of the tenant runs must not
+    bootstrap a second cluster (a new Kubernetes CA) on the same prefix."""
+    installed = {"a": False, "b": True}
+    assert k0s.k0s_install_plan(["a", "b"], installed, "a", True) == {
+        "bootstrap": "b", "action": "join", "token": True}
+    assert k0s.k0s_install_plan(["a", "b"], installed, "b", True) == {
+        "bootstrap": "b", "action": "none", "token": False}
+
+
+def test_changed_flags_reinstall_and_only_non_bootstrap_controllers_get_a_token() -> None:
+    installed = {"a": True, "b": True}
+    assert k0s.k0s_install_plan(["a", "b"], installed, "a", False) == {
+        "bootstrap": "a", "action": "reinstall", "token": False}
+    assert k0s.k0s_install_plan(["a", "b"], installed, "b", False) == {
+        "bootstrap": "a", "action": "reinstall", "token": True}
+
+
+def test_unknown_state_is_refused_not_guessed() -> None:
+    with pytest.raises(ValueError, match="whether k0s is installed on 'b' is unknown"):
+        k0s.k0s_install_plan(["a", "b"], {"a": False, "b": "unknown"}, "a", True)
+
+
+def test_host_outside_its_tenant_is_refused() -> None:
+    with pytest.raises(ValueError, match="'x' is not among its tenant's controllers"):
+        k0s.k0s_install_plan(["a"], {"a": True, "x": True}, "x", True)
+
+
+# --- the role's plan.yml, on probe answers -------------------------------------------------
+
+# Tenants, each controller: has the unit?, has a record from the first run?
+TENANTS: dict[str, dict[str, tuple[bool, bool]]] = {
+    "fresh": {"f1": (False, False), "f2": (False, False)},
+    "lost": {"l1": (False, False), "l2": (True, True), "l3": (True, True)},
+    "same": {"s1": (True, True), "s2": (True, True)},
+    "worker": {"w1": (True, True), "w2": (True, True)},
+    "extra": {"x1": (True, True)},
+    "unit": {"u1": (True, True)},
+    "legacy": {"g1": (True, False)},
+}
+UNIT_SHA = "a" * 64
+
+
+def _inventory(path: Path, records: dict[str, str], changes: dict[str, dict[str, Any]],
+               unit_sha: str, limit_tenant: bool) -> Path:
+    unreachable = {"ansible_host": "127.0.0.1", "ansible_port": 1}
+    hosts: dict[str, Any] = {}
+    tenants = [{"name": t, "prefix": t, "controllers": list(cs)} for t, cs in TENANTS.items()]
+    for tenant, controllers in TENANTS.items():
+        for name, (has_unit, recorded) in controllers.items():
+            probe = {"unit": "yes" if has_unit else "no"}
+            if has_unit:
+                probe[f"file:{UNIT}"] = f"{unit_sha} 644:root:root"
+            if recorded and name in records:
+                probe[f"file:{STATE}"] = f"{records[name]} 600:root:root"
+            hosts[name] = {**unreachable, "node_address": "10.213.98.21", "k0s_tenant": tenant,
+                           "k0s_probe": probe, "k0s_unit_installed": has_unit,
+                           **changes.get(name, {})}
+    if limit_tenant:
+        tenants.append({"name": "limited", "prefix": "limited", "controllers": ["m1", "m2"]})
+        hosts["m1"] = {**unreachable, "node_address": "10.213.98.31", "k0s_tenant": "limited",
+                       "k0s_probe": {"unit": "no"}, "k0s_unit_installed": False}
+        hosts["m2"] = {**unreachable, "node_address": "10.213.98.32", "k0s_tenant": "limited"}
+    inv = {"all": {"vars": {"k0s_tenants": tenants},
+                   "children": {"k0s_controller": {"hosts": hosts}}}}
+    path.write_text(yaml.safe_dump(inv))
+    return path
+
+
+PLAYBOOK = """
+- name: The install plan as roles/k0s_controller makes it
+  hosts: k0s_controller
+  gather_facts: false
+  tasks:
+    - name: Plan
+      ansible.builtin.include_role:
+        name: {role}
+        tasks_from: plan
+        public: true
+    - name: Write the plan on the control node
+      ansible.builtin.copy:
+        content: >-
+          {{{{ {{'bootstrap': k0s_bootstrap_controller, 'action': k0s_install_action,
+                'command': k0s_install_command, 'token': k0s_install_uses_token,
+                'state': _k0s_install_record | from_json, 'state_sha256': _k0s_install_record | hash('sha256')}}
+               | to_json }}}}
+        dest: "{out}/{{{{ inventory_hostname }}}}.json"
+        mode: "0600"
+      delegate_to: localhost
+    - name: Write the record as install.yml writes it after an install (the new unit's checksum)
+      ansible.builtin.copy:
+        content: "{{{{ _k0s_install_record }}}}"
+        dest: "{out}/{{{{ inventory_hostname }}}}.record"
+        mode: "0600"
+      vars:
+        _k0s_unit_sha256: "{{{{ 'c' * 64 }}}}"
+      delegate_to: localhost
+"""
+
+
+def _plan(tmp_path: Path, name: str, records: dict[str, str],
+          changes: dict[str, dict[str, Any]], *, unit_sha: str = UNIT_SHA,
+          limit: str | None = None,
+          limit_tenant: bool = False) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    out = tmp_path / name
+    out.mkdir()
+    playbook = tmp_path / f"{name}.yml"
+    playbook.write_text(PLAYBOOK.format(role=REPO / "roles" / "k0s_controller", out=out))
+    inventory = _inventory(tmp_path / f"{name}-inventory.yml", records, changes, unit_sha,
+                           limit_tenant)
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)]
+    if limit:
+        cmd += ["--limit", limit]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    plans = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    for record in out.glob("*.record"):
+        plans[record.stem]["record"] = json.loads(record.read_text())
+    return result, plans
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A first run records what each installed controller was installed with; the second run
+    has those records on the nodes and some changes: flags, extra flags, the unit."""
+    tmp = tmp_path_factory.mktemp("plan")
+    first, recorded = _plan(tmp, "first", {}, {})
+    assert first.returncode == 0, first.stdout + first.stderr
+    records = {host: plan["state_sha256"] for host, plan in recorded.items()}
+    changes: dict[str, dict[str, Any]] = {
+        "w1": {"k0s_enable_worker": True}, "w2": {"k0s_enable_worker": True},
+        "x1": {"k0s_install_extra_flags": ["--debug"]},
+    }
+    second, result = _plan(tmp, "second", records, changes)
+    assert second.returncode == 0, second.stdout + second.stderr
+    # u1's unit changed since the record (as after a `k0s install controller --force` by hand).
+    third, unit_changed = _plan(tmp, "unit-changed", records, {}, unit_sha="b" * 64, limit="u1")
+    assert third.returncode == 0, third.stdout + third.stderr
+    result["u1"] = unit_changed["u1"]
+    assert set(result) == {h for cs in TENANTS.values() for h in cs}, result.keys()
+    return {"first": recorded, "second": result}
+
+
+def test_fresh_tenant_first_controller_bootstraps_others_join(plans: dict[str, Any]) -> None:
+    f1, f2 = plans["second"]["f1"], plans["second"]["f2"]
+    assert (f1["bootstrap"], f1["action"], f1["command"]) == ("f1", "bootstrap", BASE_ARGV)
+    assert (f2["bootstrap"], f2["action"], f2["command"]) == ("f1", "join", BASE_ARGV + TOKEN)
+
+
+def test_lost_first_controller_joins_a_controller_that_has_k0s(plans: dict[str, Any]) -> None:
+    p = plans["second"]
+    assert p["l1"]["bootstrap"] == p["l2"]["bootstrap"] == p["l3"]["bootstrap"] == "l2"
+    assert (p["l1"]["action"], p["l1"]["command"]) == ("join", BASE_ARGV + TOKEN)
+    assert p["l2"]["action"] == p["l3"]["action"] == "none"
+
+
+def test_unchanged_flags_and_unit_change_nothing(plans: dict[str, Any]) -> None:
+    """Idempotence: the record written after an install matches the next run's plan."""
+    p = plans["second"]
+    assert [p["s1"]["action"], p["s2"]["action"]] == ["none", "none"]
+    assert plans["first"]["s1"]["state"] == {"argv": BASE_ARGV, "unit_sha256": UNIT_SHA}
+
+
+def test_record_after_install_holds_the_argv_and_the_new_units_checksum(
+        plans: dict[str, Any]) -> None:
+    """install.yml records the unit k0s just wrote (task variable over the probed checksum)."""
+    w1 = plans["second"]["w1"]
+    assert w1["record"] == {"argv": BASE_ARGV + ["--enable-worker", "--no-taints"],
+                            "unit_sha256": "c" * 64}
+
+
+def test_changed_k0s_enable_worker_reinstalls_with_force(plans: dict[str, Any]) -> None:
+    w1, w2 = plans["second"]["w1"], plans["second"]["w2"]
+    flags = ["--enable-worker", "--no-taints"]
+    assert (w1["action"], w1["command"]) == ("reinstall", BASE_ARGV + flags + ["--force"])
+    assert (w2["action"], w2["command"]) == ("reinstall", BASE_ARGV + flags + TOKEN + ["--force"])
+
+
+def test_changed_extra_flags_reinstall(plans: dict[str, Any]) -> None:
+    x1 = plans["second"]["x1"]
+    assert (x1["action"], x1["command"]) == ("reinstall", BASE_ARGV + ["--debug", "--force"])
+
+
+def test_unit_changed_since_the_record_reinstalls(plans: dict[str, Any]) -> None:
+    assert plans["second"]["u1"]["action"] == "reinstall"
+
+
+def test_unit_without_a_record_is_reinstalled_once(plans: dict[str, Any]) -> None:
+    """A unit the role did not record (installed before the record existed, or by hand)."""
+    g1 = plans["second"]["g1"]
+    assert (g1["action"], g1["command"]) == ("reinstall", BASE_ARGV + ["--force"])
+
+
+def test_controllers_outside_the_play_are_asked_not_guessed(tmp_path: Path) -> None:
+    """--limit m1: m2's state is unknown to the play, so the plan stats m2 (unreachable here)
+    and fails rather than letting m1 bootstrap a new cluster beside a running one."""
+    result, plans = _plan(tmp_path, "limited", {}, {}, limit="m1", limit_tenant=True)
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, output
+    assert "Look for k0s on the tenant's controllers this play has not probed" in output
+    assert "m2" in output and "UNREACHABLE" in output, output
+    assert "m1" not in plans
