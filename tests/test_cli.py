@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO_ROOT, base_topology, podman_objects, run_sandbox
-from sandboxlib import cli, topology
+from sandboxlib import cli, context, topology
 
 
 def _bad_input_changed_nothing(res: Any, state_dir: Path, name: str) -> None:
@@ -70,12 +70,12 @@ def test_vagrant_missing_for_vagrant_backend(
     path = write_topology(doc)
     monkeypatch.setenv("SANDBOX_STATE_DIR", str(tmp_path))
     real_which = shutil.which
-    monkeypatch.setattr(cli.shutil, "which",
+    monkeypatch.setattr(context.shutil, "which",
                         lambda cmd, *a, **k: None if cmd == "vagrant" else real_which(cmd))
     rc = cli.main(["up", "--topology", str(path), "--backend", "vagrant"])
     out, err = capsys.readouterr()
     assert rc == 2
-    assert err.strip().splitlines() == [f"sandbox: error: {cli.VAGRANT_MISSING}"]
+    assert err.strip().splitlines() == [f"sandbox: error: {context.VAGRANT_MISSING}"]
     assert out == ""
     assert not (tmp_path / "current").exists()
     assert not (tmp_path / "t-cli-vag").exists()
@@ -173,13 +173,13 @@ def test_current_sandbox_is_remembered(tmp_path: Path, monkeypatch: pytest.Monke
     doc["name"] = "t-cli-cur"
     path = write_topology(doc)
     monkeypatch.setenv("SANDBOX_STATE_DIR", str(tmp_path))
-    sb = cli.Sandbox(topology.load(path), "vagrant")
-    cli.remember(sb)
+    sb = context.Sandbox(topology.load(path), "vagrant")
+    context.remember(sb)
     args = cli.build_parser().parse_args(["status"])
-    again = cli.resolve(args)
+    again = context.resolve(args)
     assert again.topo.path == path.resolve()
     assert again.backend == "vagrant"
-    assert cli.resolve(cli.build_parser().parse_args(["status", "-b", "podman"])).backend \
+    assert context.resolve(cli.build_parser().parse_args(["status", "-b", "podman"])).backend \
         == "podman"
 
 

@@ -10,25 +10,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
 from . import apiserver, day2, inventory, remote, report, runner
-from .topology import BACKENDS, REPO_ROOT, Topology, TopologyError, load
+from .context import (
+    Failure,
+    UsageError,
+    current_file,
+    need_tool,
+    read_current,
+    remember,
+    resolve,
+    target,
+)
+from .topology import BACKENDS, REPO_ROOT, TopologyError
 
 PASSTHROUGH = ("ssh", "etcdctl", "kubectl")
-VAGRANT_MISSING = ("vagrant is not installed: apt-get install vagrant vagrant-libvirt "
-                   "(or use --backend podman)")
-PODMAN_MISSING = ("podman is not installed: apt-get install podman runc netavark aardvark-dns "
-                  "mmdebstrap (scripts/sandbox does it itself when run as root on Debian)")
 EXAMPLES = """examples:
   scripts/sandbox up                          # inventories/default.yml on podman
   scripts/sandbox up -t multi-tenant          # another shipped topology (or a path)
@@ -40,14 +44,6 @@ docs/cli.md has the details."""
 DEFAULT_UNITS = {"etcd": "etcd", "k0s_controller": "k0scontroller", "lb": "haproxy"}
 
 
-class UsageError(Exception):
-    """Bad input: printed as one line, exit 2, nothing changed."""
-
-
-class Failure(Exception):
-    """A step failed: printed as one line, exit 1."""
-
-
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors (the usage is in ``--help``)."""
 
@@ -57,62 +53,6 @@ class Parser(argparse.ArgumentParser):
     def _sub_name(self) -> str:
         parts = self.prog.split()[1:]
         return " ".join(parts) + " " if parts else ""
-
-
-def state_base() -> Path:
-    base = os.environ.get("SANDBOX_STATE_DIR")
-    return Path(base) if base else REPO_ROOT / ".sandbox"
-
-
-def current_file() -> Path:
-    return state_base() / "current"
-
-
-def read_current() -> dict[str, str]:
-    try:
-        data = json.loads(current_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-@dataclass
-class Sandbox:
-    topo: Topology
-    backend: str
-
-
-def resolve(args: argparse.Namespace) -> Sandbox:
-    """The topology and backend from the flags, else SANDBOX_TOPOLOGY (as the Vagrantfile
-    reads it), else .sandbox/current, else defaults."""
-    current = read_current()
-    name = (args.topology or os.environ.get("SANDBOX_TOPOLOGY") or current.get("topology")
-            or "default")
-    topo = load(name)
-    backend = args.backend
-    if backend is None and current.get("topology") == str(topo.path):
-        backend = current.get("backend")
-    backend = inventory.selected_backend(backend)
-    inventory.build(topo, backend)  # the backend must have a network in this topology
-    for w in topo.warnings:
-        print(f"sandbox: warning: {w}", file=sys.stderr)
-    return Sandbox(topo, backend)
-
-
-def need_tool(backend: str) -> None:
-    if backend == "vagrant" and shutil.which("vagrant") is None:
-        raise UsageError(VAGRANT_MISSING)
-    if backend == "vagrant" and not (REPO_ROOT / "Vagrantfile").is_file():
-        raise UsageError("no Vagrantfile in this checkout: the vagrant backend is not "
-                         "available (use --backend podman)")
-    if backend == "podman" and shutil.which("podman") is None:
-        raise UsageError(PODMAN_MISSING)
-
-
-def remember(sb: Sandbox) -> None:
-    current_file().parent.mkdir(parents=True, exist_ok=True)
-    current_file().write_text(json.dumps({"topology": str(sb.topo.path),
-                                          "backend": sb.backend}) + "\n")
 
 
 # -- commands ----------------------------------------------------------------------------
@@ -214,17 +154,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target(sb: Sandbox, node: str) -> remote.Target:
-    targets = remote.targets(sb.topo, sb.backend)
-    if node not in targets:
-        raise UsageError(f"no node '{node}' in topology '{sb.topo.name}'; nodes: "
-                         f"{', '.join(targets)}")
-    return targets[node]
-
-
 def cmd_ssh(args: argparse.Namespace) -> int:
     sb = resolve(args)
-    remote.exec_ssh(_target(sb, args.node), " ".join(args.args) if args.args else None)
+    remote.exec_ssh(target(sb, args.node), " ".join(args.args) if args.args else None)
 
 
 def cmd_etcdctl(args: argparse.Namespace) -> int:
@@ -254,16 +186,16 @@ def cmd_kubectl(args: argparse.Namespace) -> int:
         raise UsageError(f"no tenant '{name}' in topology '{sb.topo.name}'; tenants: "
                          f"{', '.join(tenants)}")
     ctrl = tenants[name].controllers[0]
-    target = _target(sb, ctrl)
-    res = remote.run(target, apiserver.WHICH_API, timeout=15)
+    node = target(sb, ctrl)
+    res = remote.run(node, apiserver.WHICH_API, timeout=15)
     if res.returncode == 255:
         raise Failure(f"controller {ctrl} is not reachable over SSH: "
                       f"{' '.join(res.stderr.split())[:200]} (scripts/sandbox status)")
     which = res.stdout.strip()
     if which == "k0s":
-        remote.exec_ssh(target, "k0s kubectl " + shlex.join(args.args))
+        remote.exec_ssh(node, "k0s kubectl " + shlex.join(args.args))
     if which == "stand-in":
-        remote.exec_ssh(target, f"{apiserver.STANDIN_KUBECTL} " + shlex.join(args.args))
+        remote.exec_ssh(node, f"{apiserver.STANDIN_KUBECTL} " + shlex.join(args.args))
     raise Failure(f"no Kubernetes API on {ctrl} (tenant {name}): k0s is not installed and the "
                   "CRD API server stand-in is not set up; run scripts/sandbox up (it builds "
                   "the stand-in where no k0s binary is available)")
@@ -271,7 +203,7 @@ def cmd_kubectl(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     sb = resolve(args)
-    target = _target(sb, args.node)
+    node = target(sb, args.node)
     unit = args.unit
     if unit is None:
         groups = sb.topo.node(args.node).groups
@@ -279,7 +211,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     cmd = ["journalctl", "--no-pager", "-u", unit, "-n", str(args.lines)]
     if args.follow:
         cmd.append("-f")
-    remote.exec_ssh(target, shlex.join(cmd))
+    remote.exec_ssh(node, shlex.join(cmd))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -17,20 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from . import report, runner
-
-
-def _cli() -> Any:
-    # cli imports this module; import it lazily for resolve() and its exception types.
-    from . import cli
-
-    return cli
+from .context import UsageError, need_tool, resolve
 
 
 def _run(args: argparse.Namespace, command: str, playbook: str,
          extra: dict[str, Any]) -> tuple[Any, float]:
-    cli = _cli()
-    sb = cli.resolve(args)
-    cli.need_tool(sb.backend)
+    sb = resolve(args)
+    need_tool(sb.backend)
     t0 = time.time()
     with runner.run_context(sb.topo, command) as ctx:
         print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
@@ -48,19 +41,18 @@ def sha256_of(path: Path) -> str:
 
 def check_snapshot(path: Path) -> str:
     """The snapshot's sha256 when it matches ``<path>.sha256``; else a UsageError."""
-    cli = _cli()
     if not path.is_file():
-        raise cli.UsageError(f"restore: snapshot '{path}' not found; give a file made by "
+        raise UsageError(f"restore: snapshot '{path}' not found; give a file made by "
                              "scripts/sandbox backup (.sandbox/<name>/backups/etcd-*.db)")
     sums = path.with_name(path.name + ".sha256")
     if not sums.is_file():
-        raise cli.UsageError(f"restore: '{sums}' is missing: without the checksum written at "
+        raise UsageError(f"restore: '{sums}' is missing: without the checksum written at "
                              "backup time the snapshot cannot be checked (write it with "
                              f"'sha256sum {path.name} > {sums.name}' if you trust the file)")
     fields = sums.read_text().split()
     actual = sha256_of(path)
     if not fields or fields[0] != actual:
-        raise cli.UsageError(f"restore: {path.name} has sha256 {actual} but {sums.name} says "
+        raise UsageError(f"restore: {path.name} has sha256 {actual} but {sums.name} says "
                              f"'{fields[0] if fields else ''}': the snapshot is corrupt or not "
                              "the one backed up; nothing was changed")
     return actual
@@ -98,22 +90,21 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    cli = _cli()
     extra: dict[str, Any] = {}
     if args.tenant:
-        sb = cli.resolve(args)
+        sb = resolve(args)
         names = [t.name for t in sb.topo.tenants]
         if args.tenant not in names:
-            raise cli.UsageError(f"reset --tenant: no tenant '{args.tenant}' in topology "
+            raise UsageError(f"reset --tenant: no tenant '{args.tenant}' in topology "
                                  f"'{sb.topo.name}'; tenants: {', '.join(names) or 'none'}")
         if args.pki:
-            raise cli.UsageError("reset: --pki goes with a full reset, not with --tenant")
+            raise UsageError("reset: --pki goes with a full reset, not with --tenant")
         tenant = next(t for t in sb.topo.tenants if t.name == args.tenant)
         members = {n.name for n in sb.topo.group("etcd")}
         both = [c for c in tenant.controllers if c in members]
         if both:
             # The same refusal as playbooks/reset.yml's, before any playbook runs.
-            raise cli.UsageError(
+            raise UsageError(
                 f"reset --tenant {args.tenant}: {', '.join(both)} "
                 f"{'is' if len(both) == 1 else 'are'} also in the etcd group, and `k0s reset` "
                 "deletes the system user `etcd` the etcd member there runs as; with --tenant "
@@ -146,14 +137,13 @@ def cmd_rotate_ca(args: argparse.Namespace) -> int:
 
 
 def cmd_replace_member(args: argparse.Namespace) -> int:
-    cli = _cli()
-    sb = cli.resolve(args)
+    sb = resolve(args)
     members = [n.name for n in sb.topo.group("etcd")]
     if args.member not in members:
-        raise cli.UsageError(f"replace-member: '{args.member}' is not an etcd member of "
+        raise UsageError(f"replace-member: '{args.member}' is not an etcd member of "
                              f"'{sb.topo.name}'; members: {', '.join(members)}")
     if len(members) < 3:
-        raise cli.UsageError(f"replace-member: '{sb.topo.name}' has {len(members)} member(s); "
+        raise UsageError(f"replace-member: '{sb.topo.name}' has {len(members)} member(s); "
                              "replacing one needs the others' quorum (3 or more): restore a "
                              "backup instead")
     _, took = _run(args, "replace-member", "replace-member.yml",
@@ -163,11 +153,10 @@ def cmd_replace_member(args: argparse.Namespace) -> int:
 
 
 def cmd_add_members(args: argparse.Namespace) -> int:
-    cli = _cli()
-    sb = cli.resolve(args)
-    cli.need_tool(sb.backend)
+    sb = resolve(args)
+    need_tool(sb.backend)
     if sb.backend != "podman":
-        raise cli.UsageError("add-members: with --backend vagrant bring the new VMs up with "
+        raise UsageError("add-members: with --backend vagrant bring the new VMs up with "
                              "'vagrant up NODE...', then run ansible-playbook -i TOPOLOGY "
                              "playbooks/add-members.yml")
     members = [n.name for n in sb.topo.group("etcd")]
@@ -187,14 +176,13 @@ def cmd_add_members(args: argparse.Namespace) -> int:
 
 def check_takeover(args: argparse.Namespace, topo: Any) -> Path:
     """The snapshot path when the takeover's input is sound; else a UsageError."""
-    cli = _cli()
     tenants = {t.name: t for t in topo.tenants}
     if args.tenant not in tenants:
-        raise cli.UsageError(f"takeover --tenant: no tenant '{args.tenant}' in topology "
+        raise UsageError(f"takeover --tenant: no tenant '{args.tenant}' in topology "
                              f"'{topo.name}'; tenants: {', '.join(tenants) or 'none'}")
     tenant = tenants[args.tenant]
     if tenant.normalized_prefix != "/registry/":
-        raise cli.UsageError(
+        raise UsageError(
             f"takeover: tenants ({tenant.name}).prefix is '{tenant.prefix}' (kube-apiserver "
             f"uses {tenant.normalized_prefix}) but k0s with its embedded etcd keeps the cluster "
             "under /registry/ (k0s#5718): the taken-over cluster would look empty; set "
@@ -202,17 +190,16 @@ def check_takeover(args: argparse.Namespace, topo: Any) -> Path:
             "scripts/sandbox up first; nothing was changed")
     path = Path(args.file).resolve()
     if path.name.endswith((".tar.gz", ".tgz", ".tar")):
-        raise cli.UsageError(f"takeover: '{path.name}' is an archive (k0s backup?): extract "
+        raise UsageError(f"takeover: '{path.name}' is an archive (k0s backup?): extract "
                              "the etcd snapshot (the .db file inside) and give that")
     if not path.is_file():
-        raise cli.UsageError(f"takeover: snapshot '{args.file}' not found; give an etcd "
+        raise UsageError(f"takeover: snapshot '{args.file}' not found; give an etcd "
                              "snapshot of the embedded cluster (etcdctl snapshot save)")
     return path
 
 
 def cmd_takeover(args: argparse.Namespace) -> int:
-    cli = _cli()
-    sb = cli.resolve(args)
+    sb = resolve(args)
     path = check_takeover(args, sb.topo)
     print(f"sandbox: taking over {report.display_path(path)} for tenant {args.tenant}: "
           "k0s controllers and every etcd member stop, the snapshot replaces the data",

@@ -1,0 +1,94 @@
+"""What every ``scripts/sandbox`` command shares: its two error types, the sandbox the command
+is about (topology and backend, remembered in ``.sandbox/current``) and the node lookup.
+Used by ``cli`` and ``day2`` (neither imports the other)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import inventory, remote
+from .topology import REPO_ROOT, Topology, load
+
+VAGRANT_MISSING = ("vagrant is not installed: apt-get install vagrant vagrant-libvirt "
+                   "(or use --backend podman)")
+PODMAN_MISSING = ("podman is not installed: apt-get install podman runc netavark aardvark-dns "
+                  "mmdebstrap (scripts/sandbox does it itself when run as root on Debian)")
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit 2, nothing changed."""
+
+
+class Failure(Exception):
+    """A step failed: printed as one line, exit 1."""
+
+
+def state_base() -> Path:
+    base = os.environ.get("SANDBOX_STATE_DIR")
+    return Path(base) if base else REPO_ROOT / ".sandbox"
+
+
+def current_file() -> Path:
+    return state_base() / "current"
+
+
+def read_current() -> dict[str, str]:
+    try:
+        data = json.loads(current_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+@dataclass
+class Sandbox:
+    topo: Topology
+    backend: str
+
+
+def resolve(args: argparse.Namespace) -> Sandbox:
+    """The topology and backend from the flags, else SANDBOX_TOPOLOGY (as the Vagrantfile
+    reads it), else .sandbox/current, else defaults."""
+    current = read_current()
+    name = (args.topology or os.environ.get("SANDBOX_TOPOLOGY") or current.get("topology")
+            or "default")
+    topo = load(name)
+    backend = args.backend
+    if backend is None and current.get("topology") == str(topo.path):
+        backend = current.get("backend")
+    backend = inventory.selected_backend(backend)
+    inventory.build(topo, backend)  # the backend must have a network in this topology
+    for w in topo.warnings:
+        print(f"sandbox: warning: {w}", file=sys.stderr)
+    return Sandbox(topo, backend)
+
+
+def need_tool(backend: str) -> None:
+    if backend == "vagrant" and shutil.which("vagrant") is None:
+        raise UsageError(VAGRANT_MISSING)
+    if backend == "vagrant" and not (REPO_ROOT / "Vagrantfile").is_file():
+        raise UsageError("no Vagrantfile in this checkout: the vagrant backend is not "
+                         "available (use --backend podman)")
+    if backend == "podman" and shutil.which("podman") is None:
+        raise UsageError(PODMAN_MISSING)
+
+
+def remember(sb: Sandbox) -> None:
+    current_file().parent.mkdir(parents=True, exist_ok=True)
+    current_file().write_text(json.dumps({"topology": str(sb.topo.path),
+                                          "backend": sb.backend}) + "\n")
+
+
+def target(sb: Sandbox, node: str) -> remote.Target:
+    """The SSH target of a node of the sandbox, or a UsageError listing the nodes."""
+    targets = remote.targets(sb.topo, sb.backend)
+    if node not in targets:
+        raise UsageError(f"no node '{node}' in topology '{sb.topo.name}'; nodes: "
+                         f"{', '.join(targets)}")
+    return targets[node]
