@@ -17,6 +17,12 @@ Part of scripts/test and CI (about 8-9 min here with the box built, 1.5 min more
 it); SANDBOX_VAGRANT_E2E=0 skips it (loudly), e.g. for a quicker local run. It also skips
 loudly, with the apt-get line, when libvirt, qemu or vagrant-libvirt are missing. The phase
 times are printed.
+
+The Kubernetes API stand-in (roles/crd_apiserver: the CRD API server pushed from the control
+node to the VM) is off here by default (`up --apiserver off`, said in the output): under TCG
+it made this test 20 min instead of 8 (up 971 s, verify 115 s when it ran and passed here on
+2026-11-30), too much for CI's budget. SANDBOX_VAGRANT_E2E_APISERVER=1 runs it with the
+stand-in and checks its round trip; the podman tests run the same role on every change.
 """
 
 from __future__ import annotations
@@ -280,6 +286,8 @@ def test_single_topology_on_vagrant_libvirt(tmp_path: Path,
     state = tmp_path / "state"
     path = _topology(tmp_path)
     topo = ["--backend", "vagrant", "--topology", str(path)]
+    with_api = os.environ.get("SANDBOX_VAGRANT_E2E_APISERVER") == "1"
+    api = [] if with_api else ["--apiserver", "off"]
     env = _vagrant_env()
     env.update(VAGRANT_DEFAULT_PROVIDER="libvirt", VAGRANT_DOTFILE_PATH=str(tmp_path / "dot"),
                SANDBOX_LIBVIRT_DRIVER="qemu", SANDBOX_LIBVIRT_URI=URI,
@@ -293,7 +301,7 @@ def test_single_topology_on_vagrant_libvirt(tmp_path: Path,
                         timeout=BOX_TIMEOUT)
             assert box.returncode == 0, _explain(box)
             try:
-                up = timed("up (vagrant up + site.yml)", sandbox=["up", *topo])
+                up = timed("up (vagrant up + site.yml)", sandbox=["up", *topo, *api])
                 assert up.returncode == 0, _explain(up)
                 assert "etcd: 1/1 members healthy" in up.stdout, up.stdout
                 assert "k0s-tenant" in up.stdout
@@ -314,7 +322,8 @@ def test_single_topology_on_vagrant_libvirt(tmp_path: Path,
                 assert any("CIS 2.5 peer-client-cert-auth=true" in n for n in names), names
                 # The stand-in API server, pushed from the control node, serves on the VM.
                 passed = {c["name"] for c in report["checks"] if c["ok"] and not c.get("skipped")}
-                assert "k0s-tenant: a watch sees the change (ADDED, then MODIFIED)" in passed, names
+                assert ("k0s-tenant: a watch sees the change (ADDED, then MODIFIED)" in passed) \
+                    == with_api, names
             finally:
                 down = timed("down (vagrant destroy)", sandbox=["down", "--purge", *topo],
                              timeout=300)
@@ -330,5 +339,9 @@ def test_single_topology_on_vagrant_libvirt(tmp_path: Path,
             with (capman.global_and_fixture_disabled() if capman is not None
                   else contextlib.nullcontext()):
                 reporter.write_line("")
+                if not with_api:
+                    reporter.write_line("vagrant e2e: NOT TESTED HERE: the Kubernetes API stand-in "
+                                        "on the VM (--apiserver off; ~12 min more under TCG); "
+                                        "SANDBOX_VAGRANT_E2E_APISERVER=1 runs it")
                 for phase, seconds in times.items():
                     reporter.write_line(f"vagrant e2e: {phase}: {seconds:.0f} s")
