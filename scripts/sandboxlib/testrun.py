@@ -10,11 +10,14 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .topology import REPO_ROOT
+
+BUILD_STAGE = "build-apiserver"
 
 LINT_STAGES: list[tuple[str, list[str]]] = [
     ("yamllint", ["yamllint", "."]),
@@ -22,10 +25,29 @@ LINT_STAGES: list[tuple[str, list[str]]] = [
     ("ruff", ["ruff", "check", "scripts", "plugins", "tests", "scripts/sandbox", "scripts/test"]),
     ("mypy", ["mypy", "scripts/sandboxlib"]),
     # Kubernetes' CRD API server and kubectl (the stand-in where k0s cannot run): built once
-    # from Debian's packages, then reused from the cache by pytest and every scenario.
-    ("build-apiserver", ["scripts/build-apiserver"]),
+    # from Debian's packages, then reused from the cache by pytest and every scenario. It
+    # starts in the background with the first stage (its download overlaps the linters);
+    # this stage waits for it.
+    (BUILD_STAGE, ["scripts/build-apiserver"]),
     ("pytest", ["pytest", "tests"]),
 ]
+
+
+class Background:
+    """A stage's command started early in the background; its stage waits for it."""
+
+    def __init__(self, cmd: list[str]) -> None:
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 -- closed in wait()
+        self.t0 = time.time()
+        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=self.log,
+                                     stderr=subprocess.STDOUT, text=True)
+
+    def wait(self) -> int:
+        rc = self.proc.wait()
+        self.log.seek(0)
+        sys.stdout.write(self.log.read())
+        self.log.close()
+        return rc
 
 
 @dataclass
@@ -51,11 +73,19 @@ def is_git_checkout() -> bool:
     return res.returncode == 0 and Path(res.stdout.strip()).resolve() == REPO_ROOT.resolve()
 
 
-def run_stage(index: int, total: int, name: str, cmd: list[str]) -> Outcome:
+def run_stage(index: int, total: int, name: str, cmd: list[str],
+              started: Background | None = None) -> Outcome:
     print(f"\n=== [{index}/{total}] {name}: {' '.join(cmd)}", flush=True)
     if cmd[0] == "molecule" and not is_git_checkout():
         return Outcome(name, False, 0.0, "not a git checkout")
     t0 = time.time()
+    if started is not None:
+        print(f"(started {t0 - started.t0:.0f}s ago, in the background)", flush=True)
+        rc = started.wait()
+        print(f"=== {name}: {'passed' if rc == 0 else 'FAILED (exit ' + str(rc) + ')'} "
+              f"in {time.time() - started.t0:.0f}s ({time.time() - t0:.0f}s waited for)",
+              flush=True)
+        return Outcome(name, rc == 0, time.time() - t0, "" if rc == 0 else f"exit {rc}")
     try:
         rc = subprocess.run([_tool(cmd[0]), *cmd[1:]], cwd=REPO_ROOT, check=False).returncode
     except FileNotFoundError:
@@ -95,7 +125,9 @@ def main(argv: list[str]) -> int:
               "Molecule stages will be reported as failed", file=sys.stderr)
     os.environ.setdefault("PY_COLORS", "1" if sys.stdout.isatty() else "0")
     t0 = time.time()
-    outcomes = [run_stage(i, len(stages), name, cmd)
+    build = dict(stages).get(BUILD_STAGE)
+    early = Background(build) if build else None
+    outcomes = [run_stage(i, len(stages), name, cmd, early if name == BUILD_STAGE else None)
                 for i, (name, cmd) in enumerate(stages, 1)]
     print("\n=== summary")
     for o in outcomes:
