@@ -84,5 +84,70 @@ def podman_objects(topology_name: str) -> list[str]:
     return found
 
 
+def podman_usable() -> str | None:
+    """Why podman cannot run the whole-sandbox tests here, or None when it can."""
+    podman = shutil.which("podman")
+    if podman is None:
+        return "podman is not installed"
+    res = subprocess.run([podman, "info"], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        return f"podman does not work here: {' '.join(res.stderr.split())[:200]}"
+    return None
+
+
+def explain(res: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {res.returncode}\n--- stdout\n{res.stdout[-4000:]}\n--- stderr\n{res.stderr[-2000:]}"
+
+
+# The shipped topologies the whole-sandbox tests run, each with a podman subnet of its own.
+E2E_SUBNETS = {"default": "10.213.71.0/24", "no-tls": "10.213.72.0/24",
+               "multi-tenant": "10.213.73.0/24", "ha": "10.213.74.0/24"}
+
+
+def shipped_copy(name: str, where: Path) -> tuple[str, Path, dict[str, Any]]:
+    """A shipped topology renamed e2e-<name> on its own subnet, offline: Debian's etcd
+    package instead of the release tarball, the k0s download pointed at a closed loopback
+    port (no k0s binary here: k0s is prepared, its preflight runs, its runtime checks SKIP)."""
+    data = yaml.safe_load((REPO_ROOT / "inventories" / f"{name}.yml").read_text())
+    data["name"] = f"e2e-{name}"
+    data["networks"] = {"podman": E2E_SUBNETS[name]}
+    data.setdefault("vars", {}).update({
+        "etcd_install_method": "package",
+        "k0s_download_base_url": "http://127.0.0.1:9/k0s-releases",
+    })
+    path = where / f"e2e-{name}.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return data["name"], path, data
+
+
+def check_verify_report(report: dict[str, Any], data: dict[str, Any], with_api: bool) -> None:
+    """What every whole-sandbox test asserts on verify's report for topology ``data``."""
+    assert report["passed"] is True, [c for c in report["checks"] if not c["ok"]]
+    names = [c["name"] for c in report["checks"]]
+    assert "hashkv equal on all members" in names
+    tenants = data.get("tenants", [])
+    etcd_count = sum("etcd" in n["groups"] for n in data["nodes"])
+    preflights = [n for n in names if n.endswith("preflight as kube-apiserver")]
+    assert len(preflights) == sum(len(t["controllers"]) for t in tenants), names
+    # Every tenant's Kubernetes API (the CRD API server stand-in here: no k0s binary) did
+    # the round trip, and its objects are under its prefix only, not seen by the others.
+    passed = {c["name"] for c in report["checks"] if c["ok"] and not c.get("skipped")}
+    skipped = {c["name"] for c in report["checks"] if c.get("skipped")}
+    for t in tenants:
+        for check in ("a watch sees the change (ADDED, then MODIFIED)",
+                      "the API server sees its own check objects and no other tenant's"):
+            assert (f"{t['name']}: {check}" in passed) == with_api, names
+        assert any(n.startswith(f"{t['name']}: its API server's objects are only under")
+                   for n in passed) == with_api, names
+        if not with_api:
+            assert any(n.endswith(f"({t['name']}): Kubernetes API") for n in skipped), names
+    if data.get("tls", True):
+        assert sum("client with another CA's certificate refused" in n for n in names) == etcd_count
+        assert sum("CIS 2.5 peer-client-cert-auth=true" in n for n in names) == etcd_count
+        assert all(c["days_left"] > 300 for c in report["certificates"])
+    else:
+        assert not any("CIS 2." in n for n in names)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: end-to-end test that creates podman nodes")

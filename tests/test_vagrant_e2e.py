@@ -44,7 +44,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO_ROOT
-from test_cli_e2e import _explain
+from conftest import explain as _explain
 
 NAME = "e2e-vagrant-single"
 PRIVATE_SUBNET = "192.168.126.0/24"
