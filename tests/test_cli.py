@@ -51,7 +51,12 @@ def test_unknown_backend(tmp_path: Path, write_topology: Callable[..., Path]) ->
     (lambda d: d["nodes"][0].update(groups=[]), "every node needs at least one group"),
     (lambda d: d["nodes"][1].update(host=11), "duplicate podman address 10.213.51.11"),
     (lambda d: d["tenants"][0].update(controllers=[]), "a tenant needs at least one controller"),
-], ids=["node in no group", "duplicate address", "tenant with no controller"])
+    (lambda d: d["tenants"][0].update(name="admin"), "tenants[0].name: 'admin' is reserved"),
+    (lambda d: d["tenants"][0].update(name="root"), "tenants[0].name: 'root' is reserved"),
+    (lambda d: d["tenants"][0].update(name="e1"), "'e1' is also an etcd member's name"),
+    (lambda d: d["tenants"][0].update(prefix="../t4"), "has a '.' or '..' segment"),
+], ids=["node in no group", "duplicate address", "tenant with no controller", "tenant admin",
+        "tenant root", "tenant named like a member", "prefix with .."])
 def test_bad_topology_file(mutate: Callable[[dict[str, Any]], None], message: str,
                            tmp_path: Path, write_topology: Callable[..., Path]) -> None:
     doc = base_topology()

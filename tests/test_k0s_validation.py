@@ -83,6 +83,10 @@ def test_bad_config_rejected_with_message(ext: dict[str, Any], message: str) -> 
         (["/a/b/", "a"], "overlap as /a/b/ and /a/"),
         (["same", "same"], "overlap"),
         (["x", ""], "etcdPrefix cannot be empty"),
+        (["t4", "../t4"], "prefix '../t4' has a '.', '..' or empty segment"),
+        (["z/..", "x"], "prefix 'z/..' has a '.', '..' or empty segment"),
+        (["a/./b", "x"], "prefix 'a/./b' has a '.', '..' or empty segment"),
+        (["a//b", "x"], "prefix 'a//b' has a '.', '..' or empty segment"),
     ],
 )
 def test_tenant_prefixes_unique_and_not_nested(prefixes: list[str], fragment: str) -> None:
@@ -90,6 +94,19 @@ def test_tenant_prefixes_unique_and_not_nested(prefixes: list[str], fragment: st
                for i, p in enumerate(prefixes)]
     errors = k0s.k0s_tenant_errors(tenants)
     assert any(fragment in e for e in errors), errors
+
+
+@pytest.mark.parametrize(("name", "fragment"), [
+    ("admin", "the name 'admin' is reserved (the PKI writes the sandbox's admin certificate"),
+    ("root", "the name 'root' is reserved (etcd's root user"),
+    ("etcd-2", "'etcd-2' is also an etcd member's name"),
+])
+def test_tenant_names_that_share_an_identity_are_refused(name: str, fragment: str) -> None:
+    tenants = [{"name": name, "prefix": "p", "controllers": ["c1"]}]
+    errors = k0s.k0s_tenant_errors(tenants, ["etcd-1", "etcd-2", "etcd-3"])
+    assert any(fragment in e and e.endswith("rename the tenant") for e in errors), errors
+    assert k0s.k0s_tenant_errors([{"name": "tenant-x", "prefix": "p", "controllers": ["c1"]}],
+                                 ["etcd-1"]) == []
 
 
 def test_distinct_prefixes_pass_and_ab_vs_abc_do_not_overlap() -> None:
@@ -261,10 +278,17 @@ def _inventory(tmp_path: Path, tenants: list[dict[str, Any]], extra_vars: dict[s
         ([{"name": "a", "prefix": "k0s", "controllers": ["c1"]}],
          {"k0s_install_extra_flags": ["--token-file=/tmp/t"]},
          "k0s_install_extra_flags: '--token-file=/tmp/t' is managed by the role"),
+        ([{"name": "admin", "prefix": "k0s", "controllers": ["c1"]}], {},
+         ("'admin' (the admin certificate's files clients/admin.*) or an etcd member's name (a "
+         "member certificate's CN); rename admin")),
+        ([{"name": "e1", "prefix": "k0s", "controllers": ["c1"]}], {}, "; rename e1 (got e1)"),
+        ([{"name": "a", "prefix": "z/..", "controllers": ["c1"]}], {},
+         "prefix 'z/..' has a '.', '..' or empty segment"),
     ],
     ids=["nested-prefix", "empty-prefix", "partial-tls", "empty-endpoint", "ha-without-lb",
          "missing-binary-path", "api-address-any", "unknown-spec-key", "bad-san",
-         "extra-arg-not-string", "managed-install-flag"],
+         "extra-arg-not-string", "managed-install-flag", "tenant-admin", "tenant-member-name",
+         "prefix-dotdot"],
 )
 def test_site_validation_stops_before_any_node(tmp_path: Path, tenants: list[dict[str, Any]],
                                                extra: dict[str, Any], message: str) -> None:

@@ -66,9 +66,13 @@ GOOD_CTRL = {"c1": "10.213.99.21"}
         (GOOD_ETCD, {"pki_extra_sans": ["not a name!"]}, "not a name! is neither an IP address nor a DNS name"),
         (GOOD_ETCD, {"pki_extra_sans_by_host": {"e9": ["etcd.example"]}}, "e9 is not an etcd member"),
         (GOOD_ETCD, {"pki_cert_validity_days": "soon"}, "pki_cert_validity_days"),
+        (GOOD_ETCD, {"k0s_tenants": [{"name": "admin", "prefix": "a", "controllers": ["c1"]}]},
+         "or an etcd member's name (a member certificate's CN); rename admin"),
+        (GOOD_ETCD, {"k0s_tenants": [{"name": "e2", "prefix": "a", "controllers": ["c1"]}]},
+         "rename e2"),
     ],
     ids=["unknown-key-type", "no-members", "duplicate-address", "bad-san", "san-for-unknown-member",
-         "validity-not-int"],
+         "validity-not-int", "tenant-admin", "tenant-named-like-a-member"],
 )
 def test_bad_input_fails_before_any_change(tmp_path: Path, etcd: dict[str, str],
                                            extra: dict[str, Any] | None, message: str) -> None:

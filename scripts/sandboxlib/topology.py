@@ -22,6 +22,12 @@ BACKENDS = ("podman", "vagrant")
 KNOWN_GROUPS = ("etcd", "k0s_controller", "lb")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
+# Tenant names that would share an identity: the tenant's client certificate has CN <name>
+# (its etcd user under RBAC) and is written to clients/<name>.{crt,key} by the PKI.
+RESERVED_TENANT_NAMES = {
+    "root": "etcd's root user, the CN of the sandbox's admin certificate: RBAC would not apply",
+    "admin": "the PKI writes the sandbox's admin certificate (etcd user root) to clients/admin.*",
+}
 TOP_KEYS = {"plugin", "name", "description", "tls", "allow_even_etcd", "networks",
             "nodes", "tenants", "vars", "vagrant"}
 NODE_KEYS = {"name", "groups", "host", "addresses", "memory", "cpus", "vars"}
@@ -180,6 +186,9 @@ def _parse_tenant(i: int, raw: Any, nodes: dict[str, Node]) -> Tenant:
     _require(isinstance(name, str) and bool(NAME_RE.match(name)),
              f"{where}.name: '{name}' is not a valid tenant name "
              "(lower-case letters, digits and '-')")
+    _require(name not in RESERVED_TENANT_NAMES,
+             f"{where}.name: '{name}' is reserved ({RESERVED_TENANT_NAMES.get(name)}); rename "
+             "the tenant")
     where = f"tenants[{i}] ({name})"
     prefix = raw.get("prefix", name)
     _require(isinstance(prefix, str) and prefix.strip("/") != "",
@@ -187,6 +196,10 @@ def _parse_tenant(i: int, raw: Any, nodes: dict[str, Node]) -> Tenant:
              "give the tenant a prefix such as 'k0s-tenant'")
     _require(not any(c.isspace() for c in prefix) and "//" not in prefix.strip("/"),
              f"{where}.prefix: '{prefix}' must not contain spaces or '//'")
+    _require(not {".", ".."} & set(prefix.strip("/").split("/")),
+             f"{where}.prefix: '{prefix}' has a '.' or '..' segment; kube-apiserver joins the "
+             "prefix as a path ('../t4' is '/t4/', 'z/..' the whole keyspace); write the "
+             "prefix without them")
     ctrls = raw.get("controllers")
     _require(isinstance(ctrls, list) and bool(ctrls),
              f"{where}.controllers: a tenant needs at least one controller node "
@@ -245,6 +258,11 @@ def parse(data: Any, path: Path) -> Topology:
     raw_tenants = data.get("tenants") or []
     _require(isinstance(raw_tenants, list), "tenants: a list of {name, prefix, controllers}")
     tenants = [_parse_tenant(i, t, by_name) for i, t in enumerate(raw_tenants)]
+    for i, t in enumerate(tenants):
+        _require(t.name not in {n.name for n in etcd},
+                 f"tenants[{i}].name: '{t.name}' is also an etcd member's name (the "
+                 "member's certificate has that CN and would act as the tenant's etcd user); "
+                 "rename the tenant")
     warnings: list[str] = []
     for i, a in enumerate(tenants):
         for b in tenants[:i]:

@@ -274,8 +274,17 @@ def k0s_normalize_prefix(prefix: str) -> str:
     return "/" + str(prefix).strip("/") + "/"
 
 
-def k0s_tenant_errors(tenants: list[dict[str, Any]]) -> list[str]:
-    """Tenants need unique names and prefixes that neither repeat nor nest."""
+# Tenant names that would share an identity: the tenant's client certificate has CN <name>
+# (its etcd user under RBAC) and is written to clients/<name>.{crt,key} by the PKI.
+RESERVED_TENANT_NAMES = {
+    "root": "etcd's root user, the CN of the sandbox's admin certificate: RBAC would not apply",
+    "admin": "the PKI writes the sandbox's admin certificate (etcd user root) to clients/admin.*",
+}
+
+
+def k0s_tenant_errors(tenants: list[dict[str, Any]], members: list[str] | None = None) -> list[str]:
+    """Tenants need unique names of their own (not reserved, not an etcd member's: ``members``)
+    and prefixes without '.'/'..' segments that neither repeat nor nest."""
     errors: list[str] = []
     seen: list[tuple[str, str]] = []
     for t in tenants or []:
@@ -284,8 +293,20 @@ def k0s_tenant_errors(tenants: list[dict[str, Any]]) -> list[str]:
         if not name:
             errors.append("k0s_tenants: every tenant needs a name")
             continue
+        if name in RESERVED_TENANT_NAMES:
+            errors.append(f"k0s_tenants ({name}): the name '{name}' is reserved "
+                          f"({RESERVED_TENANT_NAMES[name]}); rename the tenant")
+        if name in (members or []):
+            errors.append(f"k0s_tenants ({name}): '{name}' is also an etcd member's name (the "
+                          "member's certificate has that CN and would act as the tenant's etcd "
+                          "user); rename the tenant")
         if not prefix.strip("/"):
             errors.append(f"k0s_tenants ({name}): {K0S_PREFIX_EMPTY}; give the tenant a prefix")
+            continue
+        if {".", ".."} & set(prefix.strip("/").split("/")) or "//" in prefix.strip("/"):
+            errors.append(f"k0s_tenants ({name}): prefix '{prefix}' has a '.', '..' or empty "
+                          "segment; kube-apiserver joins the prefix as a path ('../t4' is '/t4/', "
+                          "'z/..' the whole keyspace); write the prefix without them")
             continue
         norm = k0s_normalize_prefix(prefix)
         for other_name, other in seen:
