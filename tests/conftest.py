@@ -141,8 +141,15 @@ def check_verify_report(report: dict[str, Any], data: dict[str, Any], with_api: 
                    for n in passed) == with_api, names
         if not with_api:
             assert any(n.endswith(f"({t['name']}): Kubernetes API") for n in skipped), names
+    # Every member serves /metrics and /health without a certificate (etcd_metrics_port).
+    for what in ("/metrics", "/health"):
+        assert sum(f"{what} served without a certificate" in n for n in passed) == etcd_count, names
     if data.get("tls", True):
         assert sum("client with another CA's certificate refused" in n for n in names) == etcd_count
+        # The TLS floor: TLS 1.1 refused on both ports, a suite outside etcd_cipher_suites too.
+        for what in ("TLS 1.1 refused on the client port", "TLS 1.1 refused on the peer port",
+                     "TLS 1.2 with a cipher outside etcd_cipher_suites refused"):
+            assert sum(what in n for n in passed) == etcd_count, names
         assert sum("CIS 2.5 peer-client-cert-auth=true" in n for n in names) == etcd_count
         assert all(c["days_left"] > 300 for c in report["certificates"])
     else:

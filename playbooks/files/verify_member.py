@@ -2,7 +2,8 @@
 """Everything playbooks/verify.yml checks on one etcd member, in one round trip.
 
 usage: verify_member.py SPEC   (SPEC = base64 of a JSON object)
-  probes:   [{name, url, expect, ca?, cert?, key?}] -- GET URL/version the way a client would;
+  probes:   [{name, url, expect, ca?, cert?, key?, path?, contains?, tls?, ciphers?, refusal?}]
+            -- GET URL/version (or path) the way a client would (see probe());
             cert/key "@other" = the PEM in $VERIFY_OTHER_CERT / $VERIFY_OTHER_KEY (a client
             certificate from another CA, written to a 0600 file in /run and removed after)
   cluster:  ["endpoint health --cluster", ...] -- etcdctl commands run with -w json (the
@@ -24,23 +25,46 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+import warnings
+
+# ssl.TLSVersion.TLSv1/TLSv1_1 warn as deprecated; over SSH (a PTY) stderr lands in stdout,
+# which must stay one JSON document.
+warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 def probe(p: dict, other: dict) -> dict:
+    """GET url + path (default /version, must contain `contains`) as a client would.
+
+    tls: "1.1" offers only TLS 1.0-1.1 (OpenSSL's own floor lowered, so the refusal is the
+    server's); ciphers: an OpenSSL cipher list for TLS 1.2. refusal: the text the server's
+    refusal must contain; another failure then counts as answered (the check fails).
+    """
     url = p["url"]
     ctx = None
     if url.startswith("https://"):
         ctx = ssl.create_default_context(cafile=p.get("ca"))
         if p.get("cert"):
             ctx.load_cert_chain(other.get(p["cert"], p["cert"]), other.get(p["key"], p["key"]))
+        if p.get("tls") == "1.1":
+            ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+            ctx.minimum_version = ssl.TLSVersion.TLSv1
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+        if p.get("ciphers"):
+            ctx.set_ciphers(p["ciphers"])
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    path, contains = p.get("path", "/version"), p.get("contains", "etcdserver")
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/version", timeout=5, context=ctx) as resp:
-            body = resp.read(200).decode(errors="replace")
-            ok = resp.status == 200 and "etcdserver" in body
-            detail = f"HTTP {resp.status} {body.strip()}"
+        with urllib.request.urlopen(url.rstrip("/") + path, timeout=5, context=ctx) as resp:
+            body = resp.read(2_000_000).decode(errors="replace")
+            ok = resp.status == 200 and contains in body
+            detail = f"HTTP {resp.status} " + (body.strip()[:200] if len(body) <= 200 else
+                                               f"{len(body)} bytes" + (f", with {contains}"
+                                                                       if ok else ""))
     except (urllib.error.URLError, ssl.SSLError, ConnectionError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         ok, detail = False, f"refused: {type(reason).__name__}: {reason}"
+        if p.get("refusal") and p["refusal"] not in str(reason):
+            ok, detail = True, f"not refused by the server as expected ({p['refusal']}): {detail}"
     return {"name": p["name"], "expect": p["expect"], "ok": ok, "detail": detail}
 
 
