@@ -315,3 +315,49 @@ def test_role_variables_in_sync_with_argument_spec_and_readme() -> None:
               if line.startswith("| `k0s_")}
     assert defaults == spec_options == readme, (defaults ^ spec_options, defaults ^ readme)
     assert not any("apiserver_user" in name for name in defaults | spec_options | readme)
+
+
+def test_tenant_lb_picks_its_own_then_a_shared_one() -> None:
+    lbs = [{"node_address": "10.0.0.31", "lb_tenant": "tb"}, {"node_address": "10.0.0.32"},
+           {"node_address": "10.0.0.30", "lb_tenant": "ta"}]
+    assert k0s.k0s_tenant_lb(lbs, "ta") == "10.0.0.30"
+    assert k0s.k0s_tenant_lb(lbs, "tb") == "10.0.0.31"
+    assert k0s.k0s_tenant_lb(lbs, "tz") == "10.0.0.32"  # the one serving every controller
+    assert k0s.k0s_tenant_lb(lbs[:1], "ta") == ""
+
+
+def test_each_ha_tenant_gets_its_own_load_balancer_as_external_address(tmp_path: Path) -> None:
+    """k0s.yaml's spec.api as the role builds it, for two HA tenants each with its own load
+    balancer (listed in the other order) and a single-controller tenant."""
+    ctrls = {"a1": "ta", "a2": "ta", "b1": "tb", "b2": "tb", "c1": "tc"}
+    inv = {"all": {
+        "vars": {"etcd_tls": True, "k0s_tenants": [
+            {"name": "ta", "prefix": "ta", "controllers": ["a1", "a2"]},
+            {"name": "tb", "prefix": "tb", "controllers": ["b1", "b2"]},
+            {"name": "tc", "prefix": "tc", "controllers": ["c1"]}]},
+        "children": {
+            "etcd": {"hosts": {"e1": {"node_address": "10.213.98.11"}}},
+            "k0s_controller": {"hosts": {c: {"node_address": f"10.213.98.{21 + i}", "k0s_tenant": t}
+                                         for i, (c, t) in enumerate(ctrls.items())}},
+            "lb": {"hosts": {"lb-b": {"node_address": "10.213.98.31", "lb_tenant": "tb"},
+                             "lb-a": {"node_address": "10.213.98.30", "lb_tenant": "ta"}}}}}}
+    (tmp_path / "inv.yml").write_text(yaml.safe_dump(inv))
+    role = REPO / "roles" / "k0s_controller"
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{
+        "hosts": "k0s_controller", "connection": "local", "gather_facts": False,
+        "vars_files": [str(role / "defaults" / "main.yml"), str(role / "vars" / "main.yml")],
+        "tasks": [{"ansible.builtin.debug": {"msg": "{{ k0s_config.spec.api | to_json }}"}}]}]))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "ANSIBLE_STDOUT_CALLBACK": "json",
+           "ANSIBLE_FILTER_PLUGINS": f"{REPO / 'plugins' / 'filter'}:{role / 'filter_plugins'}"}
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
+                          str(tmp_path / "inv.yml"), str(tmp_path / "play.yml")],
+                         capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    api = {h: json.loads(r["msg"])
+           for h, r in json.loads(res.stdout)["plays"][0]["tasks"][0]["hosts"].items()}
+    want = {"ta": "10.213.98.30", "tb": "10.213.98.31"}
+    for host, tenant in ctrls.items():
+        assert api[host].get("externalAddress") == want.get(tenant), (host, api[host])
+        if tenant in want:
+            assert want[tenant] in api[host]["sans"], (host, api[host])

@@ -109,6 +109,12 @@ BAD: list[tuple[str, Mutator, str]] = [
     ("HA tenant without a load balancer",
      _tenants({"name": "ta", "prefix": "x", "controllers": ["c1", "c2"]}),
      "tenants (ta): 2 controllers need a load balancer; add a node in group 'lb'"),
+    ("HA tenant whose only load balancer serves another tenant",
+     lambda doc: (_tenants({"name": "ta", "prefix": "x", "controllers": ["c1", "c2"]})(doc),
+                  doc["nodes"].append({"name": "lb1", "groups": ["lb"], "host": 5,
+                                       "vars": {"lb_tenant": "tz"}})),
+     ("tenants (ta): 2 controllers need a load balancer; add a node in group 'lb' with vars "
+     "{lb_tenant: ta} (or one without lb_tenant)")),
 ]
 
 

@@ -287,8 +287,12 @@ def parse(data: Any, path: Path) -> Topology:
     lbs = [n for n in nodes if "lb" in n.groups]
     for t in tenants:
         if len(t.controllers) > 1:
-            _require(bool(lbs), f"tenants ({t.name}): {len(t.controllers)} controllers need a "
-                                "load balancer; add a node in group 'lb'")
+            # Its own (vars: lb_tenant: <tenant>) or one serving every controller (no lb_tenant),
+            # as roles/k0s_controller picks spec.api.externalAddress (filter k0s_tenant_lb).
+            serving = [n for n in lbs if (n.vars or {}).get("lb_tenant", "") in ("", t.name)]
+            _require(bool(serving), f"tenants ({t.name}): {len(t.controllers)} controllers need a "
+                                    f"load balancer; add a node in group 'lb' with vars "
+                                    f"{{lb_tenant: {t.name}}} (or one without lb_tenant)")
     tvars = data.get("vars") or {}
     _require(isinstance(tvars, dict), "vars: a mapping of variables for every node")
     vagrant = data.get("vagrant") or {}

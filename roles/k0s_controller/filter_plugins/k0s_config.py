@@ -331,6 +331,16 @@ def k0s_tenant_warnings(tenants: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def k0s_tenant_lb(lbs: list[Any], tenant: str) -> str:
+    """node_address of the load balancer that serves ``tenant`` (HA: spec.api.externalAddress):
+    the first with ``lb_tenant`` equal to the tenant, else the first without ``lb_tenant`` (it
+    serves every controller); '' when none does. ``lbs``: the lb hosts' variables."""
+    own = [h for h in lbs or [] if str(h.get("lb_tenant") or "") == tenant]
+    shared = [h for h in lbs or [] if not h.get("lb_tenant")]
+    pick = (own or shared or [{}])[0]
+    return str(pick.get("node_address") or "")
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -340,4 +350,5 @@ class FilterModule:
             "k0s_tenant_errors": k0s_tenant_errors,
             "k0s_tenant_warnings": k0s_tenant_warnings,
             "k0s_normalize_prefix": k0s_normalize_prefix,
+            "k0s_tenant_lb": k0s_tenant_lb,
         }
