@@ -150,6 +150,12 @@ def check_verify_report(report: dict[str, Any], data: dict[str, Any], with_api: 
         for what in ("TLS 1.1 refused on the client port", "TLS 1.1 refused on the peer port",
                      "TLS 1.2 with a cipher outside etcd_cipher_suites refused"):
             assert sum(what in n for n in passed) == etcd_count, names
+        # Every node's private keys 0600/0640 (members: /etc/etcd/pki; controllers: the etcd
+        # client key, the stand-in's keys), nothing writable by others.
+        nodes = etcd_count + sum(len(t["controllers"]) for t in tenants)
+        for what in ("private keys 0600/0640, unreadable by others",
+                     "no certificate, key or directory writable by others"):
+            assert sum(what in n for n in passed) == nodes, names
         assert sum("CIS 2.5 peer-client-cert-auth=true" in n for n in names) == etcd_count
         assert all(c["days_left"] > 300 for c in report["certificates"])
     else:

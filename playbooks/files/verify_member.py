@@ -11,10 +11,13 @@ usage: verify_member.py SPEC   (SPEC = base64 of a JSON object)
   settings: true -- the running etcd's ETCD_* settings (from its unit's EnvironmentFiles:
             /proc/<pid>/environ needs CAP_SYS_PTRACE, which containers lack), its command
             line and "DATADIR <mode> <owner>" of its data dir
-Prints {"probes": [{name, expect, ok, detail}], "cluster": [str], "settings": [str]}.
+  files:    [dir, ...] -- "<d|f> <path> <mode> <owner>:<group>" of each directory and its files
+Prints {"probes": [{name, expect, ok, detail}], "cluster": [str], "settings": [str],
+"files": [str]}.
 """
 
 import base64
+import grp
 import json
 import os
 import pwd
@@ -99,6 +102,25 @@ def settings() -> list[str]:
     return lines
 
 
+def files(dirs: list[str]) -> list[str]:
+    """'<path> <mode> <owner>:<group>' of each directory in ``dirs`` that exists and of every
+    file in it (not recursive)."""
+    lines: list[str] = []
+    for d in dirs:
+        if not os.path.isdir(d):
+            continue
+        for path in [d] + sorted(os.path.join(d, n) for n in os.listdir(d)):
+            try:
+                st = os.lstat(path)
+                owner = pwd.getpwuid(st.st_uid).pw_name
+                group = grp.getgrgid(st.st_gid).gr_name
+            except (OSError, KeyError):
+                continue
+            kind = "d" if os.path.isdir(path) else "f"
+            lines.append(f"{kind} {path} {st.st_mode & 0o7777:04o} {owner}:{group}")
+    return lines
+
+
 def main() -> int:
     spec = json.loads(base64.b64decode(sys.argv[1]))
     out: dict = {"probes": [], "cluster": [], "settings": []}
@@ -115,6 +137,7 @@ def main() -> int:
     out["cluster"] = [run(["etcdctl", *c.split(), "-w", "json"]) for c in spec.get("cluster", [])]
     if spec.get("settings"):
         out["settings"] = settings()
+    out["files"] = files(spec.get("files", []))
     print(json.dumps(out))
     return 0
 

@@ -23,6 +23,25 @@ def _loads(text: str, default: Any) -> Any:
         return default
 
 
+def sandbox_file_checks(lines: list[str], host: str) -> list[Check]:
+    """From verify_member.py's files: every private key (*.key) 0600 or 0640 (never readable
+    or writable by others, never group-writable), no file or directory writable by others.
+    Lines: '<d|f> <path> <mode> <owner>:<group>'."""
+    entries = [line.split() for line in lines or [] if len(line.split()) == 4]
+    keys = [e for e in entries if e[0] == "f" and e[1].endswith(".key")]
+    bad_keys = [e for e in keys if int(e[2], 8) & 0o7177 not in (0o0000, 0o0040)
+                or int(e[2], 8) & 0o0400 == 0]
+    writable = [e for e in entries if int(e[2], 8) & 0o002]
+    if not entries:
+        return []
+    return ([
+        _check(f"{host}: private keys 0600/0640, unreadable by others", not bad_keys,
+               "; ".join(f"{p} {m} {o}" for _, p, m, o in (bad_keys or keys)))] if keys else []) + [
+        _check(f"{host}: no certificate, key or directory writable by others", not writable,
+               "; ".join(f"{p} {m}" for _, p, m, _ in writable) or f"{len(entries)} entries"),
+    ]
+
+
 def sandbox_cluster_checks(outputs: list[str], members: list[str]) -> list[Check]:
     """outputs: etcdctl -w json of endpoint health --cluster, member list, endpoint status
     --cluster, endpoint hashkv --cluster (in that order)."""
@@ -127,6 +146,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "sandbox_cluster_checks": sandbox_cluster_checks,
+            "sandbox_file_checks": sandbox_file_checks,
             "sandbox_probe_checks": sandbox_probe_checks,
             "sandbox_cis_checks": sandbox_cis_checks,
             "sandbox_cert_days": sandbox_cert_days,

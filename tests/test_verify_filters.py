@@ -1,0 +1,48 @@
+"""playbooks/verify.yml's filters (plugins/filter/sandbox_verify.py) on the lines the check
+scripts print: each check passes on what the roles write and fails on what it must catch."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[1] / "plugins" / "filter" / "sandbox_verify.py"
+_spec = importlib.util.spec_from_file_location("sandbox_verify", PATH)
+assert _spec is not None and _spec.loader is not None
+verify = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(verify)
+
+GOOD = ["d /etc/k0s/etcd 0750 kube-apiserver:root",
+        "f /etc/k0s/etcd/ca.crt 0644 root:root",
+        "f /etc/k0s/etcd/client.crt 0640 kube-apiserver:root",
+        "f /etc/k0s/etcd/client.key 0600 kube-apiserver:root",
+        "f /var/lib/k0s/pki/sa.key 0640 root:root"]
+
+
+def _ok(lines: list[str]) -> dict[str, bool]:
+    return {c["name"].split(": ", 1)[1]: c["ok"] for c in verify.sandbox_file_checks(lines, "n")}
+
+
+def test_the_roles_modes_pass() -> None:
+    assert _ok(GOOD) == {"private keys 0600/0640, unreadable by others": True,
+                         "no certificate, key or directory writable by others": True}
+
+
+@pytest.mark.parametrize(("line", "check"), [
+    ("f /etc/k0s/etcd/client.key 0644 kube-apiserver:root", "private keys 0600/0640, unreadable by others"),
+    ("f /etc/k0s/etcd/client.key 0660 kube-apiserver:root", "private keys 0600/0640, unreadable by others"),
+    ("f /etc/k0s/etcd/client.key 0200 kube-apiserver:root", "private keys 0600/0640, unreadable by others"),
+    ("f /etc/k0s/etcd/ca.crt 0646 root:root", "no certificate, key or directory writable by others"),
+    ("d /etc/k0s/etcd 0777 root:root", "no certificate, key or directory writable by others"),
+])
+def test_what_it_must_catch_fails(line: str, check: str) -> None:
+    path = line.split()[1]
+    lines = [g for g in GOOD if g.split()[1] != path] + [line]
+    assert _ok(lines)[check] is False
+
+
+def test_no_files_no_checks_and_no_key_no_key_check() -> None:
+    assert verify.sandbox_file_checks([], "n") == []
+    assert _ok(GOOD[:3]) == {"no certificate, key or directory writable by others": True}
