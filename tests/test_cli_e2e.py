@@ -28,7 +28,6 @@ from conftest import (
 )
 
 UP_TIMEOUT = 1800
-_explain = explain
 
 
 def _phase(name: str) -> bool:
@@ -48,7 +47,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
         run_sandbox(["down", "--topology", str(path)], state, timeout=300)
     yield path, state, data
     res = run_sandbox(["down", "--purge", "--topology", str(path)], state, timeout=300)
-    assert res.returncode == 0, _explain(res)
+    assert res.returncode == 0, explain(res)
     assert podman_objects(name) == []
     net = subprocess.run(["podman", "network", "exists", f"k0sbox-{name}"], check=False)
     assert net.returncode != 0, f"network k0sbox-{name} left behind"
@@ -60,7 +59,7 @@ def test_up_status_down(sandbox: tuple[Path, Path, dict]) -> None:
     name = data["name"]
 
     up = run_sandbox(["up", "--topology", str(path)], state, timeout=UP_TIMEOUT)
-    assert up.returncode == 0, _explain(up)
+    assert up.returncode == 0, explain(up)
     out = up.stdout
     phases = re.findall(r"^==> \[\d+/\d+\] (\w+): ", out, re.MULTILINE)
     assert phases[0] == "nodes", out
@@ -90,15 +89,15 @@ def test_up_status_down(sandbox: tuple[Path, Path, dict]) -> None:
 
     # later commands need no flags: the sandbox is remembered in <state>/current
     status = run_sandbox(["status"], state)
-    assert status.returncode == 0, _explain(status)
+    assert status.returncode == 0, explain(status)
     assert status.stdout.count("running") >= 4
     assert f"network k0sbox-{name}: present" in status.stdout
 
     ssh = run_sandbox(["ssh", "etcd-2", "hostname"], state)
-    assert ssh.returncode == 0 and ssh.stdout.strip() == "etcd-2", _explain(ssh)
+    assert ssh.returncode == 0 and ssh.stdout.strip() == "etcd-2", explain(ssh)
     if _phase("etcd"):
         members = run_sandbox(["etcdctl", "member", "list", "-w", "table"], state)
-        assert members.returncode == 0, _explain(members)
+        assert members.returncode == 0, explain(members)
         assert all(f"etcd-{i}" in members.stdout for i in (1, 2, 3)), members.stdout
 
     if _phase("apiserver"):
@@ -108,29 +107,29 @@ def test_up_status_down(sandbox: tuple[Path, Path, dict]) -> None:
         examples = REPO_ROOT / "docs" / "examples"
         crd = run_sandbox(["kubectl", "apply", "-f", "-"], state,
                           stdin=(examples / "crd.yaml").read_text())
-        assert crd.returncode == 0, _explain(crd)
+        assert crd.returncode == 0, explain(crd)
         made = run_sandbox(["kubectl", "create", "-f", "-"], state,
                            stdin=(examples / "widget.yaml").read_text())
         assert made.returncode == 0 and "widget.example.sandbox/first created" in made.stdout, \
-            _explain(made)
+            explain(made)
         got = run_sandbox(["kubectl", "--tenant", "k0s-tenant", "get", "widget", "first", "-o",
                            "jsonpath={.spec.color}"], state)
-        assert got.returncode == 0 and got.stdout == "blue", _explain(got)
+        assert got.returncode == 0 and got.stdout == "blue", explain(got)
         keys = run_sandbox(["etcdctl", "get", "--prefix", "--keys-only", "/k0s-tenant/"], state)
-        assert "/k0s-tenant/example.sandbox/widgets/first" in keys.stdout.split(), _explain(keys)
+        assert "/k0s-tenant/example.sandbox/widgets/first" in keys.stdout.split(), explain(keys)
         gone = run_sandbox(["kubectl", "delete", "crd", "widgets.example.sandbox"], state,
                            timeout=120)
-        assert gone.returncode == 0, _explain(gone)
+        assert gone.returncode == 0, explain(gone)
 
     # up again: nothing changes
     again = run_sandbox(["up"], state, timeout=UP_TIMEOUT)
-    assert again.returncode == 0, _explain(again)
+    assert again.returncode == 0, explain(again)
     done = re.findall(r"^\s+(\w+) done .*changed=(\d+) failed=(\d+)", again.stdout, re.MULTILINE)
     assert [p for p, _, _ in done] == ["nodes", "site"], again.stdout
     assert [(p, c) for p, c, _ in done if c != "0"] == [], again.stdout
 
     down = run_sandbox(["down"], state, timeout=300)
-    assert down.returncode == 0, _explain(down)
+    assert down.returncode == 0, explain(down)
     assert podman_objects(name) == []
     status = run_sandbox(["status"], state)
     assert status.returncode == 0 and status.stdout.count("not created") == 4
