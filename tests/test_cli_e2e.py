@@ -121,6 +121,12 @@ def test_up_status_down(sandbox: tuple[Path, Path, dict]) -> None:
                            timeout=120)
         assert gone.returncode == 0, explain(gone)
 
+    # verify on demand, as JSON: the same report (moved here from the multi-tenant e2e)
+    verify = run_sandbox(["verify", "--json"], state, timeout=UP_TIMEOUT)
+    assert verify.returncode == 0, explain(verify)
+    if _phase("etcd"):
+        check_verify_report(json.loads(verify.stdout), data, with_api=_phase("apiserver"))
+
     # up again: nothing changes
     again = run_sandbox(["up"], state, timeout=UP_TIMEOUT)
     assert again.returncode == 0, explain(again)

@@ -1,7 +1,16 @@
-"""``scripts/test``: every check the project has, in order, collecting failures.
+"""``scripts/test``: every check the project has, collecting failures.
 
-yamllint -> ansible-lint (production profile) -> ruff -> mypy -> build-apiserver (cached) ->
-pytest -> every Molecule scenario, one by one with its time. Exits non-zero when any stage failed.
+Serial first: yamllint -> ansible-lint (production profile) -> ruff -> mypy ->
+build-apiserver (cached, started in the background at once) -> build-image (the node image
+every podman test uses, built once before anything runs beside anything else). Then the
+heavy stages -- pytest, the Vagrant end-to-end test and every Molecule scenario -- run
+``--jobs`` at a time (default 2), longest first. Each scenario and test has its own sandbox
+name, podman network and state directory, so they do not meet; a parallel stage's output is
+kept and printed whole when it ends. Exits non-zero when any stage failed.
+
+Why parallel on a 2-core host: a scenario keeps the CPU about 75 % busy (container start,
+systemd boot, etcd elections and ``until`` waits leave the rest idle); two at a time fill
+those gaps (measured in docs/performance.md).
 """
 
 from __future__ import annotations
@@ -12,12 +21,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from .topology import REPO_ROOT
 
 BUILD_STAGE = "build-apiserver"
+VAGRANT_E2E = "tests/test_vagrant_e2e.py"
 
 LINT_STAGES: list[tuple[str, list[str]]] = [
     ("yamllint", ["yamllint", "."]),
@@ -29,8 +41,24 @@ LINT_STAGES: list[tuple[str, list[str]]] = [
     # starts in the background with the first stage (its download overlaps the linters);
     # this stage waits for it.
     (BUILD_STAGE, ["scripts/build-apiserver"]),
-    ("pytest", ["pytest", "tests"]),
+    # The node image, before podman stages run side by side (two would build it twice).
+    ("build-image", ["scripts/build-image"]),
 ]
+
+PYTEST_STAGES: list[tuple[str, list[str]]] = [
+    ("pytest", ["pytest", "tests", f"--ignore={VAGRANT_E2E}", "--durations=10"]),
+    ("pytest vagrant-e2e", ["pytest", VAGRANT_E2E]),
+]
+
+# Seconds each heavy stage took on an idle 2-core host (docs/performance.md): the pool
+# starts the longest first so that two lanes end close together. Unknown stages count 300.
+EXPECTED_SECONDS: dict[str, int] = {
+    "pytest vagrant-e2e": 560, "pytest": 420, "molecule d2_grow": 600,
+    "molecule etcd_rbac": 420, "molecule crd_apiserver": 420, "molecule etcd_backup": 250,
+    "molecule etcd": 175, "molecule pki": 170, "molecule k0s_tenants": 140,
+    "molecule k0s_controller": 130, "molecule k0s_tenants_plain": 120,
+    "molecule etcd_release": 90, "molecule lb": 80,
+}
 
 
 class Background:
@@ -58,6 +86,16 @@ class Outcome:
     detail: str = ""
 
 
+@dataclass
+class Running:
+    """A heavy stage running in the pool, its output kept in a temporary file."""
+
+    name: str
+    proc: subprocess.Popen[str]
+    log: IO[str]
+    t0: float = field(default_factory=time.time)
+
+
 def scenarios() -> list[str]:
     return sorted(p.parent.name for p in (REPO_ROOT / "molecule").glob("*/molecule.yml"))
 
@@ -73,8 +111,14 @@ def is_git_checkout() -> bool:
     return res.returncode == 0 and Path(res.stdout.strip()).resolve() == REPO_ROOT.resolve()
 
 
+def _result_line(name: str, rc: int, seconds: float, extra: str = "") -> str:
+    status = "passed" if rc == 0 else f"FAILED (exit {rc})"
+    return f"=== {name}: {status} in {seconds:.0f}s{extra}"
+
+
 def run_stage(index: int, total: int, name: str, cmd: list[str],
               started: Background | None = None) -> Outcome:
+    """One stage in the foreground, its output streamed."""
     print(f"\n=== [{index}/{total}] {name}: {' '.join(cmd)}", flush=True)
     if cmd[0] == "molecule" and not is_git_checkout():
         return Outcome(name, False, 0.0, "not a git checkout")
@@ -82,29 +126,106 @@ def run_stage(index: int, total: int, name: str, cmd: list[str],
     if started is not None:
         print(f"(started {t0 - started.t0:.0f}s ago, in the background)", flush=True)
         rc = started.wait()
-        print(f"=== {name}: {'passed' if rc == 0 else 'FAILED (exit ' + str(rc) + ')'} "
-              f"in {time.time() - started.t0:.0f}s ({time.time() - t0:.0f}s waited for)",
-              flush=True)
+        print(_result_line(name, rc, time.time() - started.t0,
+                           f" ({time.time() - t0:.0f}s waited for)"), flush=True)
         return Outcome(name, rc == 0, time.time() - t0, "" if rc == 0 else f"exit {rc}")
     try:
         rc = subprocess.run([_tool(cmd[0]), *cmd[1:]], cwd=REPO_ROOT, check=False).returncode
     except FileNotFoundError:
         return Outcome(name, False, 0.0, f"{cmd[0]} not found")
     seconds = time.time() - t0
-    detail = "" if rc == 0 else f"exit {rc}"
-    print(f"=== {name}: {'passed' if rc == 0 else 'FAILED (' + detail + ')'} "
-          f"in {seconds:.0f}s", flush=True)
-    return Outcome(name, rc == 0, seconds, detail)
+    print(_result_line(name, rc, seconds), flush=True)
+    return Outcome(name, rc == 0, seconds, "" if rc == 0 else f"exit {rc}")
+
+
+def longest_first(stages: Sequence[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    """The pool's order: expected duration, longest first (stable for equal estimates)."""
+    return sorted(stages, key=lambda s: -EXPECTED_SECONDS.get(s[0], 300))
+
+
+def run_pool(stages: Sequence[tuple[str, list[str]]], jobs: int, first_index: int,
+             total: int) -> list[Outcome]:
+    """Run the stages ``jobs`` at a time; each one's output is printed whole when it ends."""
+    pending = list(stages)
+    running: list[Running] = []
+    outcomes: list[Outcome] = []
+    index = first_index
+    while pending or running:
+        while pending and len(running) < jobs:
+            name, cmd = pending.pop(0)
+            print(f"\n=== [{index}/{total}] {name}: {' '.join(cmd)} (started; "
+                  f"{len(running) + 1} running)", flush=True)
+            index += 1
+            if cmd[0] == "molecule" and not is_git_checkout():
+                outcomes.append(Outcome(name, False, 0.0, "not a git checkout"))
+                continue
+            log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 -- closed below
+            try:
+                proc = subprocess.Popen([_tool(cmd[0]), *cmd[1:]], cwd=REPO_ROOT, stdout=log,
+                                        stderr=subprocess.STDOUT, text=True)
+            except FileNotFoundError:
+                log.close()
+                outcomes.append(Outcome(name, False, 0.0, f"{cmd[0]} not found"))
+                continue
+            running.append(Running(name, proc, log))
+        done = _wait_any(running)
+        running.remove(done)
+        seconds = time.time() - done.t0
+        rc = done.proc.returncode
+        done.log.seek(0)
+        print(f"\n=== {done.name}: output", flush=True)
+        sys.stdout.write(done.log.read())
+        done.log.close()
+        print(_result_line(done.name, rc, seconds), flush=True)
+        outcomes.append(Outcome(done.name, rc == 0, seconds, "" if rc == 0 else f"exit {rc}"))
+    return outcomes
+
+
+def _wait_any(running: list[Running]) -> Running:
+    """The first of the running stages to end (os.wait: no polling interval)."""
+    by_pid = {r.proc.pid: r for r in running}
+    while True:
+        pid, status = os.wait()
+        if pid in by_pid:
+            r = by_pid[pid]
+            r.proc.returncode = os.waitstatus_to_exitcode(status)
+            return r
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="scripts/test",
         description="Lint, type-check, pytest and every Molecule scenario of the sandbox.")
-    p.add_argument("--quick", action="store_true", help="skip the Molecule scenarios")
+    p.add_argument("--quick", action="store_true",
+                   help="lint and pytest only: no Molecule scenario, no Vagrant e2e")
     p.add_argument("-s", "--scenario", action="append", metavar="NAME", default=[],
-                   help="run only this Molecule scenario (repeatable)")
-    return p.parse_args(argv)
+                   help="run only this Molecule scenario (repeatable; no pytest)")
+    p.add_argument("-j", "--jobs", type=int,
+                   default=int(os.environ.get("SANDBOX_TEST_JOBS", "2")),
+                   help="heavy stages (pytest, Vagrant e2e, scenarios) run at a time "
+                        "(default 2, or SANDBOX_TEST_JOBS); 1 streams each stage's output")
+    args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error(f"--jobs: must be 1 or more, not {args.jobs}")
+    return args
+
+
+def plan(args: argparse.Namespace, known: list[str]) -> tuple[list[tuple[str, list[str]]],
+                                                              list[tuple[str, list[str]]]]:
+    """The serial stages and the heavy ones (pool order)."""
+    serial = list(LINT_STAGES)
+    heavy: list[tuple[str, list[str]]] = []
+    if args.scenario:
+        serial = [s for s in serial if s[0] == "build-image"]
+    elif args.quick:
+        serial = [s for s in serial if s[0] != "build-image"]
+        serial.append(("pytest", ["pytest", "tests", f"--ignore={VAGRANT_E2E}"]))
+        return serial, heavy
+    else:
+        heavy.extend(PYTEST_STAGES)
+    for name in args.scenario or known:
+        heavy.append((f"molecule {name}", ["molecule", "test", "-s", name]))
+    return serial, longest_first(heavy)
 
 
 def main(argv: list[str]) -> int:
@@ -115,25 +236,34 @@ def main(argv: list[str]) -> int:
         print(f"test: error: unknown scenario(s) {', '.join(unknown)}; scenarios: "
               f"{', '.join(known)}", file=sys.stderr)
         return 2
-    stages = list(LINT_STAGES)
-    if not args.quick:
-        for name in args.scenario or known:
-            stages.append((f"molecule {name}", ["molecule", "test", "-s", name]))
-    if not args.quick and not is_git_checkout():
+    serial, heavy = plan(args, known)
+    if heavy and not is_git_checkout():
         print("test: warning: not a git checkout: Molecule finds .config/molecule/config.yml "
               "from the git root and would run the scenarios without their nodes; the "
               "Molecule stages will be reported as failed", file=sys.stderr)
     os.environ.setdefault("PY_COLORS", "1" if sys.stdout.isatty() else "0")
     t0 = time.time()
-    build = dict(stages).get(BUILD_STAGE)
+    total = len(serial) + len(heavy)
+    build = dict(serial).get(BUILD_STAGE)
     early = Background(build) if build else None
-    outcomes = [run_stage(i, len(stages), name, cmd, early if name == BUILD_STAGE else None)
-                for i, (name, cmd) in enumerate(stages, 1)]
-    print("\n=== summary")
-    for o in outcomes:
+    outcomes = [run_stage(i, total, name, cmd, early if name == BUILD_STAGE else None)
+                for i, (name, cmd) in enumerate(serial, 1)]
+    if heavy:
+        print(f"\n=== {len(heavy)} heavy stages, {args.jobs} at a time, longest first: "
+              f"{', '.join(n for n, _ in heavy)}", flush=True)
+        if args.jobs == 1:
+            outcomes += [run_stage(i, total, name, cmd)
+                         for i, (name, cmd) in enumerate(heavy, len(serial) + 1)]
+        else:
+            outcomes += run_pool(heavy, args.jobs, len(serial) + 1, total)
+    wall = time.time() - t0
+    print("\n=== summary (slowest first)")
+    for o in sorted(outcomes, key=lambda o: -o.seconds):
         status = "passed" if o.ok else f"FAILED ({o.detail})"
-        print(f"  {o.name:<24} {status:<18} {o.seconds:6.0f}s")
+        print(f"  {o.name:<26} {status:<18} {o.seconds:6.0f}s")
     passed = sum(o.ok for o in outcomes)
     failed = len(outcomes) - passed
-    print(f"{passed} passed, {failed} failed in {time.time() - t0:.0f}s")
+    busy = sum(o.seconds for o in outcomes)
+    print(f"{passed} passed, {failed} failed in {wall:.0f}s "
+          f"(stages add up to {busy:.0f}s; --jobs {args.jobs})")
     return 0 if failed == 0 else 1

@@ -1,0 +1,73 @@
+"""scripts/test's runner: the pool that runs heavy stages side by side, its order, its plan."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from sandboxlib import testrun
+
+
+def _wait_for(path: Path) -> list[str]:
+    """A stage that ends only once `path` exists (deadline 30 s), then says so."""
+    return ["timeout", "30", "sh", "-c",
+            f"while [ ! -e {path} ]; do sleep 0.05; done; echo saw {path.name}"]
+
+
+def test_pool_runs_two_stages_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # "waits" can only end if "creates" runs while it is still running.
+    stages = [("waits", _wait_for(tmp_path / "flag")),
+              ("creates", ["sh", "-c", f"echo making; touch {tmp_path / 'flag'}"])]
+    outcomes = testrun.run_pool(stages, jobs=2, first_index=1, total=2)
+    assert {o.name: o.ok for o in outcomes} == {"waits": True, "creates": True}
+    out = capsys.readouterr().out
+    # Each stage's output is printed whole under its own header, in the order they ended.
+    assert out.index("=== creates: output\nmaking\n") < out.index("=== waits: output\nsaw flag\n")
+    assert "=== waits: passed in" in out
+
+
+def test_pool_of_one_runs_stages_one_after_the_other(tmp_path: Path) -> None:
+    # With one lane "waits" runs alone first and cannot see the flag: it times out (exit 124).
+    stages = [("waits", ["timeout", "1", "sh", "-c",
+                         f"while [ ! -e {tmp_path / 'flag'} ]; do sleep 0.05; done"]),
+              ("creates", ["touch", str(tmp_path / "flag")])]
+    outcomes = testrun.run_pool(stages, jobs=1, first_index=1, total=2)
+    assert [(o.name, o.ok, o.detail) for o in outcomes] == [
+        ("waits", False, "exit 124"), ("creates", True, "")]
+
+
+def test_pool_reports_a_missing_tool_and_a_failure() -> None:
+    outcomes = testrun.run_pool([("gone", ["no-such-tool-here"]), ("fails", ["false"])],
+                                jobs=2, first_index=1, total=2)
+    assert {o.name: o.detail for o in outcomes} == {
+        "gone": "no-such-tool-here not found", "fails": "exit 1"}
+
+
+def test_longest_first_uses_the_measured_times() -> None:
+    stages = [(n, ["true"]) for n in ("molecule lb", "unknown", "molecule d2_grow")]
+    assert [n for n, _ in testrun.longest_first(stages)] == [
+        "molecule d2_grow", "unknown", "molecule lb"]
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return testrun.parse_args(list(argv))
+
+
+def test_plan_full_quick_and_one_scenario() -> None:
+    known = ["etcd", "lb"]
+    serial, heavy = testrun.plan(_args(), known)
+    assert [n for n, _ in serial][-2:] == ["build-apiserver", "build-image"]
+    assert sorted(n for n, _ in heavy) == ["molecule etcd", "molecule lb", "pytest",
+                                           "pytest vagrant-e2e"]
+    serial, heavy = testrun.plan(_args("--quick"), known)
+    assert heavy == [] and serial[-1][0] == "pytest" and "build-image" not in dict(serial)
+    assert testrun.VAGRANT_E2E in " ".join(serial[-1][1])   # as --ignore=
+    serial, heavy = testrun.plan(_args("-s", "lb"), known)
+    assert [n for n, _ in serial] == ["build-image"] and [n for n, _ in heavy] == ["molecule lb"]
+
+
+def test_jobs_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _args("--jobs", "0")
+    assert "--jobs: must be 1 or more, not 0" in capsys.readouterr().err
