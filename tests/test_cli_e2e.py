@@ -82,7 +82,7 @@ def test_up_status_down(sandbox: tuple[Path, Path, dict]) -> None:
     if _phase("pki"):
         assert (state / name / "pki" / "ca.crt").is_file()
     if _phase("etcd"):
-        assert "etcd: 3/3 members healthy" in out, out
+        assert "etcd: 3/3 members healthy (/health on port 2381)" in out, out
         # verify.yml ran at the end of site.yml: its report, as for every shipped topology
         check_verify_report(json.loads((state / name / "verify.json").read_text()), data,
                             with_api=_phase("apiserver"))

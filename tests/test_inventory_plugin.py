@@ -70,6 +70,8 @@ def test_shipped_topology_through_ansible_inventory(path: Path, tmp_path: Path) 
         assert hv["pki_dir"] == str(tmp_path / topo.name / "pki")
         assert hv["sandbox_network"]["name"] == f"k0sbox-{topo.name}"
         assert [t["prefix"] for t in hv["k0s_tenants"]] == [t.prefix for t in topo.tenants]
+        # Tenants sharing a TLS cluster are confined by etcd RBAC unless the topology says not.
+        assert hv["etcd_rbac"] is (topo.tls and len(topo.tenants) > 1)
 
 
 @pytest.mark.parametrize("path", [p for p in INVENTORIES if "vagrant" in topology.load(p)
@@ -97,3 +99,21 @@ def test_unknown_backend_fails_the_inventory(write_topology: Callable[..., Path]
     res = ansible_inventory(write_topology(base_topology()), backend="docker")
     assert res.returncode != 0
     assert "unknown backend 'docker'" in res.stderr
+
+
+@pytest.mark.parametrize(("tls", "tenants", "override", "expected"), [
+    (True, 2, None, True), (True, 1, None, False), (False, 2, None, False),
+    (True, 2, False, False), (True, 1, True, True)])
+def test_etcd_rbac_default(write_topology: Callable[..., Path], tls: bool, tenants: int,
+                           override: bool | None, expected: bool) -> None:
+    doc = base_topology()
+    doc["tls"] = tls
+    if tenants == 2:
+        doc["nodes"].append({"name": "c2", "groups": ["k0s_controller"], "host": 22})
+        doc["tenants"].append({"name": "tb", "prefix": "tb", "controllers": ["c2"]})
+    if override is not None:
+        doc["vars"] = {"etcd_rbac": override}
+    res = ansible_inventory(write_topology(doc))
+    assert res.returncode == 0, res.stderr
+    hostvars = _plain(json.loads(res.stdout))["_meta"]["hostvars"]
+    assert {hv["etcd_rbac"] for hv in hostvars.values()} == {expected}

@@ -52,7 +52,8 @@ def test_shipped_topology_end_to_end(shipped: str, tmp_path: Path) -> None:
         up = run_sandbox(["up", *topo, *api], state, timeout=UP_TIMEOUT)
         assert up.returncode == 0, explain(up)
         etcd_count = sum("etcd" in n["groups"] for n in data["nodes"])
-        assert f"etcd: {etcd_count}/{etcd_count} members healthy" in up.stdout, up.stdout
+        assert f"etcd: {etcd_count}/{etcd_count} members healthy (/health on port 2381)" \
+            in up.stdout, up.stdout
 
         report = json.loads((state / name / "verify.json").read_text())
         check_verify_report(report, data, with_api=shipped in WITH_API)

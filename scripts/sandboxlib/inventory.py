@@ -87,6 +87,9 @@ def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
         "k0s_tenants": [{"name": t.name, "prefix": t.prefix, "controllers": list(t.controllers),
                          **({"vars": t.vars} if t.vars else {})} for t in topo.tenants],
         "pki_dir": str(state / "pki"),
+        # Tenants sharing a TLS cluster are confined to their prefixes by etcd RBAC unless the
+        # topology says etcd_rbac: false (one tenant, or plain HTTP: off; RBAC needs TLS).
+        "etcd_rbac": topo.tls and len(topo.tenants) > 1,
     }
     allvars.update(topo.vars)
     return {"hosts": hosts, "groups": groups, "vars": allvars}

@@ -2,6 +2,13 @@
 
 Used by ``scripts/sandbox status`` and at the end of ``scripts/sandbox up``. Everything here
 is read-only and quick; it works when nothing is up (every node "not created").
+
+etcd's health is asked of every member directly, on its plain-HTTP metrics listener
+(``GET http://<member>:2381/health``, roles/etcd's ``etcd_metrics_port``: no certificate, no
+SSH, and a stopped member shows as such while the others still answer). Where no member
+answers there (the listener switched off with ``etcd_metrics_port: 0``, or the control node
+cannot reach the nodes' addresses) it falls back to ``etcdctl endpoint health --cluster`` on
+one member over SSH.
 """
 
 from __future__ import annotations
@@ -11,16 +18,22 @@ import os
 import re
 import shutil
 import subprocess
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import remote
 from .apiserver import API_PROBE
-from .topology import REPO_ROOT, Topology
+from .topology import REPO_ROOT, Node, Topology
 
 HEALTH_RE = re.compile(r"^(\S+) is (healthy|unhealthy)", re.MULTILINE)
 ETCD_PROBE = ("command -v etcdctl >/dev/null 2>&1 || { echo 'etcdctl: not installed'; exit 3; }; "
               "etcdctl endpoint health --cluster 2>&1")
+METRICS_PORT = 2381   # roles/etcd/defaults/main.yml: etcd_metrics_port
+# The nodes' addresses are local networks: never through an HTTP(S)_PROXY from the environment.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @dataclass
@@ -31,6 +44,7 @@ class Status:
     network: str = ""                                          # podman network state
     etcd_health: dict[str, str] = field(default_factory=dict)  # node -> healthy/unhealthy
     etcd_note: str = ""                                        # why health is unknown
+    etcd_source: str = ""                                      # where health was read
     api_state: dict[str, str] = field(default_factory=dict)    # controller -> Kubernetes API
 
     @property
@@ -91,12 +105,21 @@ def collect(topo: Topology, backend: str) -> Status:
     targets = remote.targets(topo, backend)
     members = [n.name for n in topo.group("etcd") if n.name in st.running]
     ctrls = [n.name for n in topo.group("k0s_controller") if n.name in st.running]
-    jobs = [(targets[m], ETCD_PROBE) for m in members[:1]]
+    by_http = metrics_health(topo, backend, members)
+    if any(by_http.values()):
+        st.etcd_health = {m: h or "unhealthy (no answer)" for m, h in by_http.items()}
+        ports = sorted({metrics_port(topo, topo.node(m)) for m in members})
+        st.etcd_source = f"/health on port {','.join(map(str, ports))}"
+        members_ssh: list[str] = []
+    else:
+        members_ssh = members[:1]
+    jobs = [(targets[m], ETCD_PROBE) for m in members_ssh]
     jobs += [(targets[c], API_PROBE) for c in ctrls]
     results = remote.run_many(jobs, timeout=25)
     if not members:
         st.etcd_note = "no etcd member is running"
-    else:
+    elif members_ssh:
+        st.etcd_source = f"etcdctl endpoint health --cluster on {members[0]}"
         res = results[0]
         addr_to_node = {targets[n.name].host: n.name for n in topo.group("etcd")}
         for endpoint, health in HEALTH_RE.findall(res.stdout + res.stderr):
@@ -106,10 +129,51 @@ def collect(topo: Topology, backend: str) -> Status:
             out = " ".join((res.stdout + res.stderr).split())
             st.etcd_note = (out[:160] if res.returncode != 255
                             else f"{members[0]} not reachable over SSH")
-    for ctrl, res in zip(ctrls, results[1:], strict=True):
+    for ctrl, res in zip(ctrls, results[len(members_ssh):], strict=True):
         out = res.stdout.strip() or res.stderr.strip()
         st.api_state[ctrl] = out if res.returncode == 0 else f"unknown ({out[:80]})"
     return st
+
+
+def metrics_port(topo: Topology, node: Node) -> int:
+    """The member's plain-HTTP metrics port as the etcd role sets it; 0 when it is off or
+    set by a template the CLI cannot evaluate."""
+    for where in (node.vars, topo.vars):
+        if "etcd_metrics_port" in where:
+            try:
+                return int(where["etcd_metrics_port"] or 0)
+            except (TypeError, ValueError):
+                return 0
+    return METRICS_PORT
+
+
+def http_health(host: str, port: int, timeout: float = 3.0) -> str:
+    """'healthy' or 'unhealthy' as etcd's /health says it ({"health":"true"}; 503 with
+    "false" when the member has no leader or cannot serve a read), '' when nothing answers."""
+    if not port:
+        return ""
+    try:
+        with _DIRECT.open(f"http://{host}:{port}/health", timeout=timeout) as resp:
+            body = resp.read()
+    except urllib.error.HTTPError as err:   # 503: etcd answered, unhealthy
+        body = err.read()
+    except (OSError, ValueError):
+        return ""
+    try:
+        health = json.loads(body).get("health")
+    except (ValueError, AttributeError):
+        return ""
+    return "healthy" if str(health).lower() == "true" else "unhealthy"
+
+
+def metrics_health(topo: Topology, backend: str, members: list[str]) -> dict[str, str]:
+    """Every running member's /health, asked at once; '' for a member that did not answer."""
+    if not members:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(members)) as pool:
+        futures = {m: pool.submit(http_health, topo.node(m).address(backend),
+                                  metrics_port(topo, topo.node(m))) for m in members}
+        return {m: f.result() for m, f in futures.items()}
 
 
 def table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> str:
@@ -160,7 +224,7 @@ def render(st: Status) -> str:
     members = topo.group("etcd")
     healthy = sum(1 for v in st.etcd_health.values() if v == "healthy")
     if st.etcd_health:
-        out.append(f"etcd: {healthy}/{len(members)} members healthy")
+        out.append(f"etcd: {healthy}/{len(members)} members healthy ({st.etcd_source})")
     else:
         out.append(f"etcd: health unknown ({st.etcd_note})")
     pki = topo.state_dir / "pki"
