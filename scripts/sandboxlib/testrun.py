@@ -51,14 +51,15 @@ PYTEST_STAGES: list[tuple[str, list[str]]] = [
     ("pytest vagrant-e2e", ["pytest", VAGRANT_E2E]),
 ]
 
-# Seconds each heavy stage took on an idle 2-core host (docs/performance.md): the pool
-# starts the longest first so that two lanes end close together. Unknown stages count 300.
+# Seconds each heavy stage took in a clean-clone run of .ci/run with two at a time on the
+# 2-core host (2026-12-01, docs/performance.md): the pool starts the longest first so that
+# the two lanes end close together. Unknown stages count 300.
 EXPECTED_SECONDS: dict[str, int] = {
-    "pytest vagrant-e2e": 560, "pytest": 420, "molecule d2_grow": 600,
-    "molecule etcd_rbac": 420, "molecule crd_apiserver": 420, "molecule etcd_backup": 250,
-    "molecule etcd": 175, "molecule pki": 170, "molecule k0s_tenants": 140,
-    "molecule k0s_controller": 130, "molecule k0s_tenants_plain": 120,
-    "molecule etcd_release": 90, "molecule lb": 80, "ansible-lint": 140,
+    "pytest vagrant-e2e": 1038, "molecule d2_grow": 819, "molecule etcd_rbac": 737,
+    "pytest": 615, "molecule crd_apiserver": 445, "molecule etcd_backup": 416,
+    "molecule pki": 368, "molecule etcd": 354, "molecule k0s_tenants": 338,
+    "molecule k0s_controller": 243, "molecule k0s_tenants_plain": 243, "ansible-lint": 140,
+    "molecule etcd_release": 115, "molecule lb": 97,
 }
 
 
