@@ -73,3 +73,15 @@ def test_jobs_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         _args("--jobs", "0")
     assert "--jobs: must be 1 or more, not 0" in capsys.readouterr().err
+
+
+def test_serial_stages_report_exit_codes_and_wait_for_a_background_start(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    early = testrun.Background(["sh", "-c", "echo built early"])
+    outcomes = [testrun.run_stage(1, 3, "ok", ["true"]),
+                testrun.run_stage(2, 3, "bad", ["false"]),
+                testrun.run_stage(3, 3, "early", ["unused"], early)]
+    assert [(o.name, o.ok, o.detail) for o in outcomes] == [
+        ("ok", True, ""), ("bad", False, "exit 1"), ("early", True, "")]
+    out = capsys.readouterr().out
+    assert "=== bad: FAILED (exit 1) in" in out and "built early\n" in out

@@ -88,6 +88,16 @@ class Outcome:
     detail: str = ""
 
 
+def _ended(name: str, rc: int, seconds: float) -> Outcome:
+    print(_result_line(name, rc, seconds), flush=True)
+    return Outcome(name, rc == 0, seconds, "" if rc == 0 else f"exit {rc}")
+
+
+def _cannot_start(cmd: list[str]) -> str:
+    """Why a stage must not start ('' when it may)."""
+    return "not a git checkout" if cmd[0] == "molecule" and not is_git_checkout() else ""
+
+
 @dataclass
 class Running:
     """A heavy stage running in the pool, its output kept in a temporary file."""
@@ -113,31 +123,28 @@ def is_git_checkout() -> bool:
     return res.returncode == 0 and Path(res.stdout.strip()).resolve() == REPO_ROOT.resolve()
 
 
-def _result_line(name: str, rc: int, seconds: float, extra: str = "") -> str:
+def _result_line(name: str, rc: int, seconds: float) -> str:
     status = "passed" if rc == 0 else f"FAILED (exit {rc})"
-    return f"=== {name}: {status} in {seconds:.0f}s{extra}"
+    return f"=== {name}: {status} in {seconds:.0f}s"
 
 
 def run_stage(index: int, total: int, name: str, cmd: list[str],
               started: Background | None = None) -> Outcome:
     """One stage in the foreground, its output streamed."""
     print(f"\n=== [{index}/{total}] {name}: {' '.join(cmd)}", flush=True)
-    if cmd[0] == "molecule" and not is_git_checkout():
-        return Outcome(name, False, 0.0, "not a git checkout")
+    if why := _cannot_start(cmd):
+        return Outcome(name, False, 0.0, why)
     t0 = time.time()
     if started is not None:
         print(f"(started {t0 - started.t0:.0f}s ago, in the background)", flush=True)
         rc = started.wait()
-        print(_result_line(name, rc, time.time() - started.t0,
-                           f" ({time.time() - t0:.0f}s waited for)"), flush=True)
-        return Outcome(name, rc == 0, time.time() - t0, "" if rc == 0 else f"exit {rc}")
+        print(f"({time.time() - started.t0:.0f}s since it started)", flush=True)
+        return _ended(name, rc, time.time() - t0)
     try:
         rc = subprocess.run([_tool(cmd[0]), *cmd[1:]], cwd=REPO_ROOT, check=False).returncode
     except FileNotFoundError:
         return Outcome(name, False, 0.0, f"{cmd[0]} not found")
-    seconds = time.time() - t0
-    print(_result_line(name, rc, seconds), flush=True)
-    return Outcome(name, rc == 0, seconds, "" if rc == 0 else f"exit {rc}")
+    return _ended(name, rc, time.time() - t0)
 
 
 def longest_first(stages: Sequence[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
@@ -158,8 +165,8 @@ def run_pool(stages: Sequence[tuple[str, list[str]]], jobs: int, first_index: in
             print(f"\n=== [{index}/{total}] {name}: {' '.join(cmd)} (started; "
                   f"{len(running) + 1} running)", flush=True)
             index += 1
-            if cmd[0] == "molecule" and not is_git_checkout():
-                outcomes.append(Outcome(name, False, 0.0, "not a git checkout"))
+            if why := _cannot_start(cmd):
+                outcomes.append(Outcome(name, False, 0.0, why))
                 continue
             log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 -- closed below
             try:
@@ -172,14 +179,11 @@ def run_pool(stages: Sequence[tuple[str, list[str]]], jobs: int, first_index: in
             running.append(Running(name, proc, log))
         done = _wait_any(running)
         running.remove(done)
-        seconds = time.time() - done.t0
-        rc = done.proc.returncode
         done.log.seek(0)
         print(f"\n=== {done.name}: output", flush=True)
         sys.stdout.write(done.log.read())
         done.log.close()
-        print(_result_line(done.name, rc, seconds), flush=True)
-        outcomes.append(Outcome(done.name, rc == 0, seconds, "" if rc == 0 else f"exit {rc}"))
+        outcomes.append(_ended(done.name, done.proc.returncode, time.time() - done.t0))
     return outcomes
 
 
