@@ -99,6 +99,7 @@ def test_tenant_prefixes_unique_and_not_nested(prefixes: list[str], fragment: st
 @pytest.mark.parametrize(("name", "fragment"), [
     ("admin", "the name 'admin' is reserved (the PKI writes the sandbox's admin certificate"),
     ("root", "the name 'root' is reserved (etcd's root user"),
+    ("etcd-member", "the name 'etcd-member' is reserved (the CN of every etcd member certificate"),
     ("etcd-2", "'etcd-2' is also an etcd member's name"),
 ])
 def test_tenant_names_that_share_an_identity_are_refused(name: str, fragment: str) -> None:
@@ -279,8 +280,8 @@ def _inventory(tmp_path: Path, tenants: list[dict[str, Any]], extra_vars: dict[s
          {"k0s_install_extra_flags": ["--token-file=/tmp/t"]},
          "k0s_install_extra_flags: '--token-file=/tmp/t' is managed by the role"),
         ([{"name": "admin", "prefix": "k0s", "controllers": ["c1"]}], {},
-         ("'admin' (the admin certificate's files clients/admin.*) or an etcd member's name (a "
-         "member certificate's CN); rename admin")),
+         ("'admin' (the admin certificate's files clients/admin.*), the member certificates' CN "
+          "(etcd-member, the only CN the peer port admits) or an etcd member's name; rename admin")),
         ([{"name": "e1", "prefix": "k0s", "controllers": ["c1"]}], {}, "; rename e1 (got e1)"),
         ([{"name": "a", "prefix": "z/..", "controllers": ["c1"]}], {},
          "prefix 'z/..' has a '.', '..' or empty segment"),

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 REPO = Path(__file__).resolve().parents[1]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -67,12 +69,16 @@ GOOD_CTRL = {"c1": "10.213.99.21"}
         (GOOD_ETCD, {"pki_extra_sans_by_host": {"e9": ["etcd.example"]}}, "e9 is not an etcd member"),
         (GOOD_ETCD, {"pki_cert_validity_days": "soon"}, "pki_cert_validity_days"),
         (GOOD_ETCD, {"k0s_tenants": [{"name": "admin", "prefix": "a", "controllers": ["c1"]}]},
-         "or an etcd member's name (a member certificate's CN); rename admin"),
+         "or an etcd member's name; rename admin"),
+        (GOOD_ETCD, {"k0s_tenants": [{"name": "peers", "prefix": "a", "controllers": ["c1"]}],
+                     "pki_member_common_name": "peers"},
+         "the member certificates' CN (peers, the only CN the peer port admits)"),
         (GOOD_ETCD, {"k0s_tenants": [{"name": "e2", "prefix": "a", "controllers": ["c1"]}]},
          "rename e2"),
     ],
     ids=["unknown-key-type", "no-members", "duplicate-address", "bad-san", "san-for-unknown-member",
-         "validity-not-int", "tenant-admin", "tenant-named-like-a-member"],
+         "validity-not-int", "tenant-admin", "tenant-named-like-the-member-cn",
+         "tenant-named-like-a-member"],
 )
 def test_bad_input_fails_before_any_change(tmp_path: Path, etcd: dict[str, str],
                                            extra: dict[str, Any] | None, message: str) -> None:
@@ -93,3 +99,18 @@ def test_good_input_reaches_the_nodes(tmp_path: Path) -> None:
     assert "UNREACHABLE" in output, output
     assert (tmp_path / "pki" / "ca.crt").is_file()
     assert oct((tmp_path / "pki" / "ca.key").stat().st_mode & 0o777) == "0o600"
+    # Every member certificate has the one CN the peer port admits; its SANs stay its own.
+    for member, address in GOOD_ETCD.items():
+        cert = x509.load_pem_x509_certificate((tmp_path / "pki" / "members" / f"{member}.crt").read_bytes())
+        assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "etcd-member"
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert member in sans.get_values_for_type(x509.DNSName)
+        assert address in [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
+    # The shared CN cannot change under an existing cluster (members restarted one at a time
+    # would refuse each other on the peer port): refused before any node is contacted.
+    again = _run_pki(_inventory(tmp_path, GOOD_ETCD, GOOD_CTRL), {"pki_member_common_name": "peers"})
+    output = " ".join((again.stdout + again.stderr).split())
+    assert again.returncode != 0, output
+    assert ("pki_member_common_name: the certificates of e1, e2, e3 carry CN 'etcd-member', the one "
+            "CN etcd admits on the peer port") in output, output
+    assert "UNREACHABLE" not in output

@@ -65,7 +65,8 @@ def probe(p: dict, other: dict) -> dict:
                                                                        if ok else ""))
     except (urllib.error.URLError, ssl.SSLError, ConnectionError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        ok, detail = False, f"refused: {type(reason).__name__}: {reason}"
+        kind = "" if isinstance(reason, str) else f"{type(reason).__name__}: "
+        ok, detail = False, f"refused: {kind}{reason}"
         if p.get("refusal") and p["refusal"] not in str(reason):
             ok, detail = True, f"not refused by the server as expected ({p['refusal']}): {detail}"
     return {"name": p["name"], "expect": p["expect"], "ok": ok, "detail": detail}

@@ -65,6 +65,16 @@ def sandbox_cluster_checks(outputs: list[str], members: list[str]) -> list[Check
     ]
 
 
+def sandbox_peer_probes(members: dict[str, str], port: int, ca: str, cert: str,
+                        key: str) -> list[dict[str, Any]]:
+    """verify_member.py probes offering a client certificate to each member's peer port
+    (``members``: name -> address), each expected to be refused in the handshake."""
+    return [{"name": f"its etcd certificate refused on {name}'s peer port",
+             "url": f"https://{address}:{int(port)}", "expect": False,
+             "refusal": "BAD_CERTIFICATE", "ca": ca, "cert": cert, "key": key}
+            for name, address in members.items()]
+
+
 def sandbox_probe_checks(probes: list[dict[str, Any]], host: str) -> list[Check]:
     """Probes from verify_member.py: name, expect (True = must work), ok, detail."""
     return [_check(f"{host}: {p['name']}", p.get("ok") == p["expect"], p.get("detail", ""))
@@ -148,6 +158,7 @@ class FilterModule:
             "sandbox_cluster_checks": sandbox_cluster_checks,
             "sandbox_file_checks": sandbox_file_checks,
             "sandbox_probe_checks": sandbox_probe_checks,
+            "sandbox_peer_probes": sandbox_peer_probes,
             "sandbox_cis_checks": sandbox_cis_checks,
             "sandbox_cert_days": sandbox_cert_days,
             "sandbox_prefix_checks": sandbox_prefix_checks,

@@ -27,6 +27,7 @@ NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
 RESERVED_TENANT_NAMES = {
     "root": "etcd's root user, the CN of the sandbox's admin certificate: RBAC would not apply",
     "admin": "the PKI writes the sandbox's admin certificate (etcd user root) to clients/admin.*",
+    "etcd-member": "the CN of every etcd member certificate, the only one the peer port admits",
 }
 TOP_KEYS = {"plugin", "name", "description", "tls", "allow_even_etcd", "networks",
             "nodes", "tenants", "vars", "vagrant"}

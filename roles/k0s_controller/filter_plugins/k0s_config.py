@@ -279,6 +279,7 @@ def k0s_normalize_prefix(prefix: str) -> str:
 RESERVED_TENANT_NAMES = {
     "root": "etcd's root user, the CN of the sandbox's admin certificate: RBAC would not apply",
     "admin": "the PKI writes the sandbox's admin certificate (etcd user root) to clients/admin.*",
+    "etcd-member": "the CN of every etcd member certificate, the only one the peer port admits",
 }
 
 

@@ -48,12 +48,15 @@ def pki_certificates(
     extra_sans: list[Any],
     extra_by_host: dict[str, list[Any]],
     dns_domain: str = "",
+    member_cn: str = "etcd-member",
 ) -> list[dict[str, Any]]:
     """Every certificate the PKI issues below the CA.
 
     ``members`` maps a member name to the addresses it is reached by. A member certificate
     serves as server and peer certificate (EKU serverAuth + clientAuth) with every name and
-    address of the member; client certificates carry clientAuth only.
+    address of the member as SANs and the CN ``member_cn`` that all members share (etcd's
+    --peer-cert-allowed-cn admits only that CN on the peer port); client certificates carry
+    clientAuth only, CN = the tenant's name (its etcd user) or ``admin_cn``.
     """
     certs: list[dict[str, Any]] = []
     for name, addresses in members.items():
@@ -63,7 +66,7 @@ def pki_certificates(
             names.append(f"{name}.{dns_domain.strip('.')}")
         names += ["localhost", "127.0.0.1", "::1"]
         names += list(extra_sans) + list(extra_by_host.get(name, []))
-        certs.append({"name": name, "kind": "members", "cn": name, "sans": pki_sans(names),
+        certs.append({"name": name, "kind": "members", "cn": member_cn, "sans": pki_sans(names),
                       "eku": ["serverAuth", "clientAuth"]})
     for tenant in tenants:
         certs.append({"name": tenant["name"], "kind": "clients", "cn": tenant["name"],
@@ -97,6 +100,27 @@ def pki_expiring(paths: list[str], days: int) -> list[str]:
     return due
 
 
+def pki_member_cn_changes(members: list[str], pki_dir: str, member_cn: str) -> dict[str, str]:
+    """Members whose certificate on the control node has a CN other than ``member_cn`` and
+    other than the member's own name (what certificates had before the CN was shared):
+    {member: its CN}. Missing or unreadable files are left out (they are simply issued)."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    changed: dict[str, str] = {}
+    for name in members:
+        try:
+            with open(f"{pki_dir}/members/{name}.crt", "rb") as fh:
+                cert = x509.load_pem_x509_certificate(fh.read())
+        except (OSError, ValueError):
+            continue
+        cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        cn = str(cns[0].value) if cns else ""
+        if cn not in (member_cn, name):
+            changed[name] = cn
+    return changed
+
+
 def pki_file_sha256(path: str) -> str:
     """sha256 of a control-node file ('' when it cannot be read)."""
     import hashlib
@@ -122,5 +146,5 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"pki_sans": pki_sans, "pki_invalid_sans": pki_invalid_sans,
                 "pki_certificates": pki_certificates, "pki_cert_id": pki_cert_id,
-                "pki_expiring": pki_expiring,
+                "pki_expiring": pki_expiring, "pki_member_cn_changes": pki_member_cn_changes,
                 "pki_file_sha256": pki_file_sha256, "pki_stat_line": pki_stat_line}
