@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO_ROOT, base_topology, podman_objects, run_sandbox
+from conftest import REPO_ROOT, SCRIPTS, base_topology, podman_objects, run_sandbox
 from sandboxlib import cli, context, topology
 
 
@@ -53,10 +55,12 @@ def test_unknown_backend(tmp_path: Path, write_topology: Callable[..., Path]) ->
     (lambda d: d["tenants"][0].update(controllers=[]), "a tenant needs at least one controller"),
     (lambda d: d["tenants"][0].update(name="admin"), "tenants[0].name: 'admin' is reserved"),
     (lambda d: d["tenants"][0].update(name="root"), "tenants[0].name: 'root' is reserved"),
+    (lambda d: d["tenants"][0].update(name="etcd-member"),
+     "tenants[0].name: 'etcd-member' is reserved (the CN of every etcd member certificate"),
     (lambda d: d["tenants"][0].update(name="e1"), "'e1' is also an etcd member's name"),
     (lambda d: d["tenants"][0].update(prefix="../t4"), "has a '.' or '..' segment"),
 ], ids=["node in no group", "duplicate address", "tenant with no controller", "tenant admin",
-        "tenant root", "tenant named like a member", "prefix with .."])
+        "tenant root", "tenant etcd-member", "tenant named like a member", "prefix with .."])
 def test_bad_topology_file(mutate: Callable[[dict[str, Any]], None], message: str,
                            tmp_path: Path, write_topology: Callable[..., Path]) -> None:
     doc = base_topology()
@@ -221,3 +225,61 @@ def test_status_health_of_a_port_nobody_listens_on_is_unknown() -> None:
         port = s.getsockname()[1]
     assert report.http_health("127.0.0.1", port, timeout=2) == ""
     assert report.http_health("127.0.0.1", 0) == ""
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`scripts/sandbox status | head`: the reader is gone before the table is written; the
+    command ends with 141 (a writer's SIGPIPE) and no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        res = subprocess.run([str(SCRIPTS / "sandbox"), "status"], cwd=REPO_ROOT, stdout=write_end,
+                             stderr=subprocess.PIPE, text=True, timeout=60, check=False,
+                             env=dict(os.environ, SANDBOX_STATE_DIR=str(tmp_path)))
+    finally:
+        os.close(write_end)
+    assert res.returncode == 141, res.stderr
+    assert "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr, res.stderr
+
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("etcd_rbac=maybe", "--set etcd_rbac=maybe: etcd_rbac must be a bool (true or false), not 'maybe'"),
+    ("bogus_var=1", ("--set bogus_var=1: no role or playbook takes 'bogus_var'; the variables are "
+                    "listed in roles/*/README.md (or pass it with --set-unchecked)")),
+    ("etcd_verison=3.5.1", "no role or playbook takes 'etcd_verison'; did you mean etcd_version"),
+    ("etcd_rbac_keep_users=x", "etcd_rbac_keep_users must be a list"),
+    # checked by playbooks/validate.yml, run before the nodes exist
+    ("etcd_version=banana", ("etcd_version: 'banana' is not a release version such as 3.6.14 "
+                            "(no leading v); nothing was changed")),
+    ("etcd_client_port=abc", ("argument 'etcd_client_port' is of type str and we were unable to "
+                             "convert to int")),
+], ids=["bool", "unknown", "typo", "list", "version", "int"])
+def test_bad_set_refused_before_anything_exists(
+        tmp_path: Path, write_topology: Callable[..., Path], setting: str, message: str) -> None:
+    doc = base_topology()
+    doc["name"] = "t-cli-set"
+    res = run_sandbox(["up", "--topology", str(write_topology(doc)), "--apiserver", "off",
+                       "--set", setting], tmp_path, timeout=120)
+    _bad_input_changed_nothing(res, tmp_path, "t-cli-set")
+    assert message in res.stderr
+
+
+def test_subnet_of_another_podman_network_refused(
+        tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    if shutil.which("podman") is None:
+        pytest.skip("podman not installed: the subnet check asks podman for its networks")
+    other = "k0sbox-t-cli-other-net"
+    subprocess.run(["podman", "network", "rm", "-f", other], capture_output=True, check=False)
+    subprocess.run(["podman", "network", "create", "--subnet", "10.213.52.0/24", other],
+                   capture_output=True, check=True)
+    try:
+        doc = base_topology()
+        doc["name"] = "t-cli-net"
+        doc["networks"]["podman"] = "10.213.52.0/24"
+        res = run_sandbox(["up", "--topology", str(write_topology(doc))], tmp_path)
+    finally:
+        subprocess.run(["podman", "network", "rm", "-f", other], capture_output=True, check=False)
+    _bad_input_changed_nothing(res, tmp_path, "t-cli-net")
+    assert (f"networks.podman: 10.213.52.0/24 overlaps podman network '{other}' (10.213.52.0/24)"
+            in res.stderr)

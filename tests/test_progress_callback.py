@@ -25,6 +25,10 @@ def _plugin() -> ModuleType:
     ({"stdout": "a\nlast line", "rc": 1}, "last line (rc 1)"),
     ({}, "failed"),
     ({"msg": "x\n  y   z"}, "x y z"),
+    ({"msg": "One or more items failed", "results": [
+        {"failed": False, "msg": "fine"},
+        {"failed": True, "msg": "Validation of arguments failed: etcd_client_port: abc is not an int"}]},
+     "Validation of arguments failed: etcd_client_port: abc is not an int"),
 ])
 def test_failure_message(result: dict[str, object], message: str) -> None:
     assert _plugin().failure_message(result) == message

@@ -40,7 +40,11 @@ def _one_line(text: Any, limit: int = 400) -> str:
 
 
 def failure_message(result: dict[str, Any]) -> str:
-    """The most useful single line of a failed task's result."""
+    """The most useful single line of a failed task's result (of a loop: its first failed
+    item's, which names what failed, not "One or more items failed")."""
+    items = [r for r in result.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+    if items:
+        return failure_message(items[0])
     msg = str(result.get("msg") or "").strip()
     stderr = str(result.get("stderr") or "").strip()
     stdout = str(result.get("stdout") or "").strip()

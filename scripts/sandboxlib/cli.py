@@ -9,7 +9,9 @@ input (nothing changed), 1 when a step failed.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -25,6 +27,7 @@ from .context import (
     UsageError,
     current_file,
     need_tool,
+    podman_subnet_free,
     read_current,
     remember,
     resolve,
@@ -56,21 +59,54 @@ class Parser(argparse.ArgumentParser):
 
 
 # -- commands ----------------------------------------------------------------------------
+# Variables of the playbooks (not of a role) that ``up --set`` takes, with their YAML type.
+PLAYBOOK_VARIABLES: dict[str, type] = {"etcd_rbac": bool, "etcd_rbac_keep_users": list,
+                                       "etcd_rbac_keep_roles": list}
+
+
+def role_variables() -> set[str]:
+    """Every variable a role declares in its meta/argument_specs.yml (what --set may set)."""
+    names: set[str] = set()
+    for spec in sorted((REPO_ROOT / "roles").glob("*/meta/argument_specs.yml")):
+        data = yaml.safe_load(spec.read_text(encoding="utf-8")) or {}
+        for entry in (data.get("argument_specs") or {}).values():
+            names.update((entry or {}).get("options") or {})
+    return names
+
+
 def up_extra_vars(args: argparse.Namespace) -> dict[str, Any]:
     """Variables ``up`` passes to site.yml: the sandbox carries on without a k0s binary
     (k0s is prepared, not started) and, unless told otherwise, falls back to the
-    distribution's etcd when the release tarball cannot be downloaded."""
+    distribution's etcd when the release tarball cannot be downloaded. ``--set`` takes the
+    roles' variables (their types and values are checked by playbooks/validate.yml) and
+    PLAYBOOK_VARIABLES; ``--set-unchecked`` any name."""
     extra: dict[str, Any] = {"k0s_binary_missing": "warn", "etcd_release_fallback": "package"}
     if args.etcd_install:
         extra["etcd_install_method"] = args.etcd_install
-    for item in args.set or []:
+    known = role_variables() | set(PLAYBOOK_VARIABLES)
+    items = [(i, True) for i in args.set or []] + [(i, False) for i in args.set_unchecked or []]
+    for item, checked in items:
+        flag = "--set" if checked else "--set-unchecked"
         key, sep, value = item.partition("=")
         if not sep or not key.isidentifier():
-            raise UsageError(f"--set {item}: use --set VARIABLE=VALUE (VALUE is YAML)")
+            raise UsageError(f"{flag} {item}: use {flag} VARIABLE=VALUE (VALUE is YAML)")
         try:
             extra[key] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
-            raise UsageError(f"--set {item}: VALUE is not valid YAML ({exc})") from None
+            raise UsageError(f"{flag} {item}: VALUE is not valid YAML ({exc})") from None
+        if not checked:
+            continue
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise UsageError(f"--set {item}: no role or playbook takes '{key}'; {hint}the "
+                             "variables are listed in roles/*/README.md (or pass it with "
+                             "--set-unchecked)")
+        want = PLAYBOOK_VARIABLES.get(key)
+        if want is not None and not isinstance(extra[key], want):
+            raise UsageError(f"--set {item}: {key} must be a {want.__name__} "
+                             f"({'true or false' if want is bool else 'YAML list, e.g. [a, b]'}), "
+                             f"not {value!r}")
     return extra
 
 
@@ -78,6 +114,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     sb = resolve(args)
     need_tool(sb.backend)
     extra = up_extra_vars(args)
+    if sb.backend == "podman":
+        podman_subnet_free(sb.topo)
+    # Every check that needs no node, before anything is created or written (.sandbox/ too).
+    runner.validate(sb.topo, sb.backend, extra)
+    extra["sandbox_validated"] = True  # site.yml skips its own validate phase
     remember(sb)
     t0 = time.time()
     print(f"sandbox: up '{sb.topo.name}' ({sb.backend}; {len(sb.topo.nodes)} nodes)",
@@ -271,6 +312,9 @@ def build_parser() -> Parser:
     u.add_argument("--set", action="append", metavar="VAR=VALUE",
                    help="a role variable for this run (VALUE is YAML; repeatable), e.g. "
                         "--set etcd_version=3.5.21 --set k0s_enable_worker=true")
+    u.add_argument("--set-unchecked", action="append", metavar="VAR=VALUE",
+                   help="like --set, for a variable no role declares (passed to Ansible "
+                        "as it is)")
     d = add("down", "remove the sandbox's nodes and network", cmd_down)
     d.add_argument("--purge", action="store_true",
                    help="also remove the sandbox's state dir (SSH key, PKI, logs)")
@@ -337,6 +381,20 @@ def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; a reader that went away (``status | head``) ends it quietly with
+    141 (128 + SIGPIPE, what a shell reports for a writer killed by the closed pipe)."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the unflushed rest again at exit: point stdout at /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         ours, rest = split_passthrough(argv)
@@ -344,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         if rest:
             args.args = rest
         return int(args.func(args))
-    except (UsageError, TopologyError) as exc:
+    except (UsageError, TopologyError, runner.InvalidInput) as exc:
         print(f"sandbox: error: {exc}", file=sys.stderr)
         return 2
     except (Failure, runner.CommandFailed, remote.RemoteError) as exc:

@@ -5,9 +5,11 @@ Used by ``cli`` and ``day2`` (neither imports the other)."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +79,34 @@ def need_tool(backend: str) -> None:
                          "available (use --backend podman)")
     if backend == "podman" and shutil.which("podman") is None:
         raise UsageError(PODMAN_MISSING)
+
+
+def podman_subnet_free(topo: Topology) -> None:
+    """UsageError when the topology's podman subnet overlaps another podman network (its own
+    network, k0sbox-<name>, is fine): podman would refuse to create it after the state
+    directory exists."""
+    subnet = topo.networks.get("podman")
+    if subnet is None:
+        return
+    done = subprocess.run(["podman", "network", "ls", "--format", "json"], capture_output=True,
+                          text=True, check=False)
+    try:
+        networks = json.loads(done.stdout or "[]") if done.returncode == 0 else []
+    except ValueError:
+        networks = []
+    for net in networks:
+        if net.get("name") == topo.network_name():
+            continue
+        for sub in net.get("subnets") or []:
+            try:
+                other = ipaddress.ip_network(str(sub.get("subnet")), strict=False)
+            except ValueError:
+                continue
+            if other.version == 4 and other.overlaps(subnet):
+                raise UsageError(
+                    f"networks.podman: {subnet} overlaps podman network '{net.get('name')}' "
+                    f"({other}); give topology '{topo.name}' a subnet of its own "
+                    "(networks: {podman: ...}) or remove that network")
 
 
 def remember(sb: Sandbox) -> None:

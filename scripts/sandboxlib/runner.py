@@ -167,6 +167,24 @@ def run_playbook(ctx: RunContext, topo: Topology, backend: str, playbook: str,
         result_file.unlink(missing_ok=True)
 
 
+class InvalidInput(CommandFailed):
+    """playbooks/validate.yml refused the input: one line, nothing was changed."""
+
+
+def validate(topo: Topology, backend: str, extra_vars: dict[str, Any]) -> None:
+    """playbooks/validate.yml (every check made from the inventory alone) before any node,
+    network or state file exists; its log goes to a temporary file, so a refused run leaves
+    nothing behind. Raises InvalidInput with the failed check's message."""
+    with tempfile.TemporaryDirectory(prefix="sandbox-validate-") as tmp:
+        ctx = RunContext(log_path=Path(tmp) / "validate.log", progress_file=Path(os.devnull),
+                         t0=time.time())
+        try:
+            run_playbook(ctx, topo, backend, "validate.yml", extra_vars)
+        except CommandFailed as exc:
+            msg = str(exc).removesuffix(f" (log: {ctx.log_path})")
+            raise InvalidInput(f"{msg}; nothing was changed") from None
+
+
 def vagrant_run(ctx: RunContext, topo: Topology, action: str) -> None:
     """Through python-vagrant, with SANDBOX_TOPOLOGY set: ``vagrant up --no-provision``
     (action ``up``: create and boot the VMs), ``vagrant provision`` (``provision``: the
