@@ -283,3 +283,33 @@ def test_subnet_of_another_podman_network_refused(
     _bad_input_changed_nothing(res, tmp_path, "t-cli-net")
     assert (f"networks.podman: 10.213.52.0/24 overlaps podman network '{other}' (10.213.52.0/24)"
             in res.stderr)
+
+
+def test_a_same_named_sandbox_of_another_state_dir_is_left_alone(
+        tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    """A second checkout (or copy of the topology) with the same name must not take down or
+    reconfigure the running sandbox: its nodes carry the state directory that made them."""
+    if shutil.which("podman") is None:
+        pytest.skip("podman not installed: ownership is read from the nodes' podman labels")
+    image = subprocess.run([str(SCRIPTS / "build-image"), "--print-tag"], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    if subprocess.run(["podman", "image", "exists", image], check=False).returncode != 0:
+        pytest.skip(f"node image {image} not built yet: run scripts/build-image")
+    doc = base_topology()
+    doc["name"] = "t-cli-own"
+    path = str(write_topology(doc))
+    node = "k0sbox-t-cli-own-e1"
+    subprocess.run(["podman", "rm", "-f", node], capture_output=True, check=False)
+    subprocess.run(["podman", "create", "--name", node, "--label", "k0s-etcd-sandbox=t-cli-own",
+                    "--label", "k0s-etcd-sandbox.state=/elsewhere/t-cli-own", image, "/sbin/init"],
+                   capture_output=True, check=True)
+    try:
+        for command in (["up"], ["down"], ["verify"], ["backup"]):
+            res = run_sandbox([*command, "-t", path], tmp_path)
+            assert res.returncode == 2, (command, res.stdout, res.stderr)
+            assert (f"sandbox 't-cli-own' (node {node}) belongs to the state directory "
+                    f"/elsewhere/t-cli-own, not {tmp_path.resolve() / 't-cli-own'}") in res.stderr
+            assert not (tmp_path / "t-cli-own").exists()
+        assert subprocess.run(["podman", "container", "exists", node], check=False).returncode == 0
+    finally:
+        subprocess.run(["podman", "rm", "-f", node], capture_output=True, check=False)

@@ -25,6 +25,7 @@ from . import apiserver, day2, inventory, remote, report, runner
 from .context import (
     Failure,
     UsageError,
+    check_owner,
     current_file,
     need_tool,
     podman_subnet_free,
@@ -113,6 +114,7 @@ def up_extra_vars(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_up(args: argparse.Namespace) -> int:
     sb = resolve(args)
     need_tool(sb.backend)
+    check_owner(sb)
     extra = up_extra_vars(args)
     if sb.backend == "podman":
         podman_subnet_free(sb.topo)
@@ -144,6 +146,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     sb = resolve(args)
     need_tool(sb.backend)
+    check_owner(sb)
     t0 = time.time()
     with runner.run_context(sb.topo, "down") as ctx:
         if sb.backend == "podman":
@@ -175,6 +178,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise Failure("playbooks/verify.yml does not exist yet in this checkout: "
                       "nothing to verify with (see scripts/sandbox status)")
     need_tool(sb.backend)
+    check_owner(sb)
     report_path = sb.topo.state_dir / "verify.json"
     report_path.unlink(missing_ok=True)
     out = sys.stderr if args.json else sys.stdout

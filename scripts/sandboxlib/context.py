@@ -81,6 +81,34 @@ def need_tool(backend: str) -> None:
         raise UsageError(PODMAN_MISSING)
 
 
+OWNER_LABEL = "k0s-etcd-sandbox.state"
+
+
+def check_owner(sb: Sandbox) -> None:
+    """UsageError when podman nodes of this sandbox's name belong to another state directory
+    (another checkout, a copy of the topology file, another SANDBOX_STATE_DIR): nodes.yml
+    labels every container with the state directory that made it (OWNER_LABEL). Nodes
+    without the label (made before it existed) are taken as this sandbox's."""
+    if sb.backend != "podman" or shutil.which("podman") is None:
+        return
+    done = subprocess.run(["podman", "ps", "-a", "--format", "json", "--filter",
+                           f"label=k0s-etcd-sandbox={sb.topo.name}"],
+                          capture_output=True, text=True, check=False)
+    try:
+        containers = json.loads(done.stdout or "[]") if done.returncode == 0 else []
+    except ValueError:
+        containers = []
+    ours = str(sb.topo.state_dir.resolve())
+    for c in containers or []:
+        owner = (c.get("Labels") or {}).get(OWNER_LABEL)
+        if owner and owner != ours:
+            names = c.get("Names") or ["?"]
+            raise UsageError(
+                f"sandbox '{sb.topo.name}' (node {names[0]}) belongs to the state directory "
+                f"{owner}, not {ours}: run scripts/sandbox from the checkout (or with the "
+                "SANDBOX_STATE_DIR) that made it, or give this topology another name")
+
+
 def podman_subnet_free(topo: Topology) -> None:
     """UsageError when the topology's podman subnet overlaps another podman network (its own
     network, k0sbox-<name>, is fine): podman would refuse to create it after the state

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from . import report, runner
-from .context import UsageError, need_tool, resolve
+from .context import UsageError, check_owner, need_tool, resolve
 
 
 def _run(args: argparse.Namespace, command: str, playbook: str,
          extra: dict[str, Any]) -> tuple[Any, float]:
     sb = resolve(args)
     need_tool(sb.backend)
+    check_owner(sb)
     t0 = time.time()
     with runner.run_context(sb.topo, command) as ctx:
         print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
@@ -155,6 +156,7 @@ def cmd_replace_member(args: argparse.Namespace) -> int:
 def cmd_add_members(args: argparse.Namespace) -> int:
     sb = resolve(args)
     need_tool(sb.backend)
+    check_owner(sb)
     if sb.backend != "podman":
         raise UsageError("add-members: with --backend vagrant bring the new VMs up with "
                              "'vagrant up NODE...', then run ansible-playbook -i TOPOLOGY "
