@@ -362,3 +362,15 @@ def test_each_ha_tenant_gets_its_own_load_balancer_as_external_address(tmp_path:
         assert api[host].get("externalAddress") == want.get(tenant), (host, api[host])
         if tenant in want:
             assert want[tenant] in api[host]["sans"], (host, api[host])
+
+
+@pytest.mark.parametrize("prefix", ["k0s", "/k0s", "/k0s/", "k0s/", "//a/b//", "registry"])
+def test_one_prefix_rule_for_the_cli_and_the_playbooks(prefix: str) -> None:
+    """The prefix rule lives in two places, the CLI's (topology.normalize_prefix) and the
+    playbooks' and roles' (the k0s role's filter k0s_normalize_prefix): they must agree."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from sandboxlib import topology
+
+    assert topology.normalize_prefix(prefix) == k0s.k0s_normalize_prefix(prefix)
+    assert k0s.k0s_normalize_prefix(prefix).startswith("/")
+    assert k0s.k0s_normalize_prefix(prefix).endswith("/")

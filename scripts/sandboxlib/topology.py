@@ -62,7 +62,7 @@ class Tenant:
     @property
     def normalized_prefix(self) -> str:
         """The prefix as kube-apiserver uses it: ``/<prefix>/`` (``k0s`` == ``/k0s``)."""
-        return "/" + self.prefix.strip("/") + "/"
+        return normalize_prefix(self.prefix)
 
 
 @dataclass(frozen=True)
@@ -215,9 +215,15 @@ def _parse_tenant(i: int, raw: Any, nodes: dict[str, Node]) -> Tenant:
     return Tenant(name=name, prefix=prefix, controllers=tuple(ctrls), vars=tvars)
 
 
+def normalize_prefix(prefix: str) -> str:
+    """THE tenant-prefix rule on the Python side (the Ansible side is the k0s role's filter
+    k0s_normalize_prefix): kube-apiserver uses ``x``, ``/x`` and ``/x/`` as ``/x/``."""
+    return "/" + str(prefix).strip("/") + "/"
+
+
 def prefixes_overlap(a: str, b: str) -> bool:
     """True when two etcd prefixes, normalised as kube-apiserver does, share keys."""
-    na, nb = "/" + a.strip("/") + "/", "/" + b.strip("/") + "/"
+    na, nb = normalize_prefix(a), normalize_prefix(b)
     return na.startswith(nb) or nb.startswith(na)
 
 
