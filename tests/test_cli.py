@@ -313,3 +313,32 @@ def test_a_same_named_sandbox_of_another_state_dir_is_left_alone(
         assert subprocess.run(["podman", "container", "exists", node], check=False).returncode == 0
     finally:
         subprocess.run(["podman", "rm", "-f", node], capture_output=True, check=False)
+
+
+def test_a_same_named_network_of_another_state_dir_is_left_alone(
+        tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    """The network carries the owner label too: with no node left, another state directory's
+    network of the same name still refuses `up` and `down` (which would reuse or remove it)."""
+    if shutil.which("podman") is None:
+        pytest.skip("podman not installed: ownership is read from the network's podman labels")
+    doc = base_topology()
+    doc["name"] = "t-cli-ownnet"
+    doc["networks"] = {"podman": "10.213.53.0/24"}
+    path = str(write_topology(doc))
+    net = "k0sbox-t-cli-ownnet"
+    subprocess.run(["podman", "network", "rm", "-f", net], capture_output=True, check=False)
+    subprocess.run(["podman", "network", "create", "--subnet", "10.213.53.0/24",
+                    "--label", "k0s-etcd-sandbox=t-cli-ownnet",
+                    "--label", "k0s-etcd-sandbox.state=/elsewhere/t-cli-ownnet", net],
+                   capture_output=True, check=True)
+    try:
+        for command in (["up"], ["down"]):
+            res = run_sandbox([*command, "-t", path], tmp_path)
+            assert res.returncode == 2, (command, res.stdout, res.stderr)
+            assert (f"sandbox 't-cli-ownnet' (network {net}) belongs to the state directory "
+                    f"/elsewhere/t-cli-ownnet, not {tmp_path.resolve() / 't-cli-ownnet'}"
+                    ) in res.stderr
+            assert not (tmp_path / "t-cli-ownnet").exists()
+        assert subprocess.run(["podman", "network", "exists", net], check=False).returncode == 0
+    finally:
+        subprocess.run(["podman", "network", "rm", "-f", net], capture_output=True, check=False)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import inventory, remote
 from .topology import REPO_ROOT, Topology, load
@@ -84,27 +85,35 @@ def need_tool(backend: str) -> None:
 OWNER_LABEL = "k0s-etcd-sandbox.state"
 
 
+def podman_json(*args: str) -> list[dict[str, Any]]:
+    """A podman command's JSON list; [] when it fails (nothing there) or prints no list."""
+    done = subprocess.run(["podman", *args], capture_output=True, text=True, check=False)
+    try:
+        out = json.loads(done.stdout or "[]") if done.returncode == 0 else []
+    except ValueError:
+        return []
+    return [x for x in out if isinstance(x, dict)] if isinstance(out, list) else []
+
+
 def check_owner(sb: Sandbox) -> None:
-    """UsageError when podman nodes of this sandbox's name belong to another state directory
-    (another checkout, a copy of the topology file, another SANDBOX_STATE_DIR): nodes.yml
-    labels every container with the state directory that made it (OWNER_LABEL). Nodes
-    without the label (made before it existed) are taken as this sandbox's."""
+    """UsageError when podman nodes or the network of this sandbox's name belong to another
+    state directory (another checkout, a copy of the topology file, another
+    SANDBOX_STATE_DIR): nodes.yml labels every container and the network with the state
+    directory that made it (OWNER_LABEL). Those without the label (made before it existed)
+    are taken as this sandbox's."""
     if sb.backend != "podman" or shutil.which("podman") is None:
         return
-    done = subprocess.run(["podman", "ps", "-a", "--format", "json", "--filter",
-                           f"label=k0s-etcd-sandbox={sb.topo.name}"],
-                          capture_output=True, text=True, check=False)
-    try:
-        containers = json.loads(done.stdout or "[]") if done.returncode == 0 else []
-    except ValueError:
-        containers = []
+    containers = podman_json("ps", "-a", "--format", "json", "--filter",
+                             f"label=k0s-etcd-sandbox={sb.topo.name}")
+    networks = podman_json("network", "inspect", sb.topo.network_name())
     ours = str(sb.topo.state_dir.resolve())
-    for c in containers or []:
-        owner = (c.get("Labels") or {}).get(OWNER_LABEL)
+    things = [(f"node {(c.get('Names') or ['?'])[0]}", c.get("Labels")) for c in containers]
+    things += [(f"network {n.get('name', '?')}", n.get("labels")) for n in networks]
+    for what, labels in things:
+        owner = (labels or {}).get(OWNER_LABEL)
         if owner and owner != ours:
-            names = c.get("Names") or ["?"]
             raise UsageError(
-                f"sandbox '{sb.topo.name}' (node {names[0]}) belongs to the state directory "
+                f"sandbox '{sb.topo.name}' ({what}) belongs to the state directory "
                 f"{owner}, not {ours}: run scripts/sandbox from the checkout (or with the "
                 "SANDBOX_STATE_DIR) that made it, or give this topology another name")
 
@@ -116,13 +125,7 @@ def podman_subnet_free(topo: Topology) -> None:
     subnet = topo.networks.get("podman")
     if subnet is None:
         return
-    done = subprocess.run(["podman", "network", "ls", "--format", "json"], capture_output=True,
-                          text=True, check=False)
-    try:
-        networks = json.loads(done.stdout or "[]") if done.returncode == 0 else []
-    except ValueError:
-        networks = []
-    for net in networks:
+    for net in podman_json("network", "ls", "--format", "json"):
         if net.get("name") == topo.network_name():
             continue
         for sub in net.get("subnets") or []:
