@@ -1,6 +1,6 @@
 """scripts/sandbox backup/restore/reset/rotate-certs: bad input fails with one line, exit 2,
 before any playbook runs (no log, no node contacted). The operations themselves are tested
-on real etcd by the Molecule scenarios etcd_backup and etcd_rbac."""
+on real etcd by the Molecule scenarios etcd_backup_restore and etcd_rbac_rotation."""
 
 from __future__ import annotations
 

@@ -55,8 +55,8 @@ PYTEST_STAGES: list[tuple[str, list[str]]] = [
 # 2-core host (2026-12-01, docs/performance.md): the pool starts the longest first so that
 # the two lanes end close together. Unknown stages count 300.
 EXPECTED_SECONDS: dict[str, int] = {
-    "pytest vagrant-e2e": 1038, "molecule d2_grow": 819, "molecule etcd_rbac": 737,
-    "pytest": 615, "molecule crd_apiserver": 445, "molecule etcd_backup": 416,
+    "pytest vagrant-e2e": 1038, "molecule etcd_grow_takeover": 819, "molecule etcd_rbac_rotation": 737,
+    "pytest": 615, "molecule crd_apiserver": 445, "molecule etcd_backup_restore": 416,
     "molecule pki": 368, "molecule etcd": 354, "molecule k0s_tenants": 338,
     "molecule k0s_controller": 243, "molecule k0s_tenants_plain": 243, "ansible-lint": 140,
     "molecule etcd_release": 115, "molecule lb": 97,
