@@ -51,15 +51,16 @@ PYTEST_STAGES: list[tuple[str, list[str]]] = [
     ("pytest vagrant-e2e", ["pytest", VAGRANT_E2E]),
 ]
 
-# Seconds each heavy stage took in a clean-clone run of .ci/run with two at a time on the
-# 2-core host (2026-12-01, docs/performance.md): the pool starts the longest first so that
-# the two lanes end close together. Unknown stages count 300.
+# Seconds each heavy stage took in CI's run of .ci/run with two at a time (2026-12-01,
+# docs/performance.md): the pool starts the longest first so that the two lanes end close
+# together. Unknown stages count 300.
 EXPECTED_SECONDS: dict[str, int] = {
-    "pytest vagrant-e2e": 1038, "molecule etcd_grow_takeover": 819, "molecule etcd_rbac_rotation": 737,
-    "pytest": 615, "molecule crd_apiserver": 445, "molecule etcd_backup_restore": 416,
-    "molecule pki": 368, "molecule etcd": 354, "molecule k0s_tenants": 338,
-    "molecule k0s_controller": 243, "molecule k0s_tenants_plain": 243, "ansible-lint": 140,
-    "molecule etcd_release": 115, "molecule lb": 97,
+    "pytest vagrant-e2e": 775, "pytest": 527, "molecule etcd_rbac_rotation": 498,
+    "molecule etcd_grow_takeover": 470, "molecule crd_apiserver": 337,
+    "molecule etcd_backup_restore": 244, "molecule etcd": 210, "molecule pki": 177,
+    "molecule k0s_tenants": 174, "molecule k0s_tenants_plain": 163,
+    "molecule k0s_controller": 140, "ansible-lint": 110, "molecule etcd_release": 92,
+    "molecule lb": 76,
 }
 
 
