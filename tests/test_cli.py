@@ -265,6 +265,18 @@ def test_bad_set_refused_before_anything_exists(
     assert message in res.stderr
 
 
+def test_missing_k0s_binary_refused_before_anything_exists(
+        tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    """K0S_BINARY naming no file is refused by the validate phase, before any node."""
+    doc = base_topology()
+    doc["name"] = "t-cli-k0sbin"
+    res = run_sandbox(["up", "--topology", str(write_topology(doc)), "--apiserver", "off"],
+                      tmp_path, timeout=120, env={"K0S_BINARY": str(tmp_path / "no-such-k0s")})
+    _bad_input_changed_nothing(res, tmp_path, "t-cli-k0sbin")
+    assert (f"K0S_BINARY / k0s_binary: '{tmp_path / 'no-such-k0s'}' is not a file on the control "
+            "node") in res.stderr
+
+
 def test_subnet_of_another_podman_network_refused(
         tmp_path: Path, write_topology: Callable[..., Path]) -> None:
     if shutil.which("podman") is None:
