@@ -99,20 +99,6 @@ def test_systemd_quote() -> None:
     assert crd.crd_apiserver_systemd_quote('--etcd-prefix=/a b"%') == '"--etcd-prefix=/a b\\"%%"'
 
 
-def test_differs_compares_checksum_mode_and_owner(tmp_path: Path) -> None:
-    src = tmp_path / "f"
-    src.write_text("x")
-    entry = {"dest": "/etc/f", "src": str(src), "owner": "kube-apiserver", "group": "root",
-             "mode": "0600"}
-    want = crd.crd_apiserver_want(entry)
-    assert want.endswith(" 600:kube-apiserver:root")
-    assert crd.crd_apiserver_differs([entry], {"file:/etc/f": want}) == []
-    assert crd.crd_apiserver_differs([entry], {"file:/etc/f": want.replace("600", "640")}) == [entry]
-    assert crd.crd_apiserver_differs([entry], {}) == [entry]
-    content = {"dest": "/etc/u", "content": "unit", "owner": "root", "group": "root", "mode": "0644"}
-    assert crd.crd_apiserver_differs([content], {"file:/etc/u": crd.crd_apiserver_want(content)}) == []
-
-
 def test_expiring(tmp_path: Path) -> None:
     assert crd.crd_apiserver_expiring([str(tmp_path / "missing.crt")], 30) == [
         str(tmp_path / "missing.crt")]

@@ -10,7 +10,6 @@ them. Flags k0s does not set (``etcd-compaction-interval``, ...) come from extra
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 try:
@@ -119,42 +118,10 @@ def crd_apiserver_systemd_quote(value: str) -> str:
     return f'"{escaped}"'
 
 
-def crd_apiserver_file_sha256(path: str) -> str:
-    """sha256 of a control-node file ('' when it cannot be read)."""
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-    except OSError:
-        return ""
-    return digest.hexdigest()
-
-
-def crd_apiserver_want(entry: dict[str, Any]) -> str:
-    """What the probe prints for a file placed as ``entry`` says: "<sha256> <mode>:<owner>:<group>"
-    (``entry`` has ``content``, or ``src`` (a control-node path) and optionally its known
-    ``sha256``, and ``mode``, ``owner``, ``group``)."""
-    if "sha256" in entry:
-        digest = entry["sha256"]
-    elif "content" in entry:
-        digest = hashlib.sha256(str(entry["content"]).encode()).hexdigest()
-    else:
-        digest = crd_apiserver_file_sha256(entry["src"])
-    return f"{digest} {int(str(entry['mode']), 8):o}:{entry['owner']}:{entry['group']}"
-
-
-def crd_apiserver_differs(entries: list[dict[str, Any]], probe: dict[str, str]) -> list[dict[str, Any]]:
-    """The entries whose file on the node (``probe['file:<dest>']``) is not what they say."""
-    return [e for e in entries if probe.get(f"file:{e['dest']}", "") != crd_apiserver_want(e)]
-
-
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"crd_apiserver_etcd_args": crd_apiserver_etcd_args,
                 "crd_apiserver_sans": crd_apiserver_sans,
                 "crd_apiserver_certificates": crd_apiserver_certificates,
                 "crd_apiserver_expiring": crd_apiserver_expiring,
-                "crd_apiserver_systemd_quote": crd_apiserver_systemd_quote,
-                "crd_apiserver_file_sha256": crd_apiserver_file_sha256,
-                "crd_apiserver_differs": crd_apiserver_differs}
+                "crd_apiserver_systemd_quote": crd_apiserver_systemd_quote}

@@ -1,0 +1,56 @@
+"""Probe once, change only what differs: the one comparison every role uses.
+
+Each role reads its node in one round trip (its tasks/probe.yml) and prints, for every file
+and directory it manages, ``file:<path>=<sha256> <mode>:<owner>:<group>`` (a directory:
+``dir <mode>:<owner>:<group>``). A task then describes the file once, as an entry
+(``dest``, one of ``content`` / ``src`` / ``sha256`` or ``state: directory``, and ``mode``,
+``owner``, ``group``), uses the same entry for the module's arguments, and runs only where
+``probe | probe_differs(entry)`` (or loops over ``entries | probe_stale(probe)``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+
+def probe_file_sha256(path: str) -> str:
+    """sha256 of a control-node file ('' when it cannot be read)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:
+        return ""
+    return digest.hexdigest()
+
+
+def probe_want(entry: dict[str, Any]) -> str:
+    """What the probe prints for a path that is as ``entry`` says."""
+    attrs = f"{int(str(entry['mode']), 8):o}:{entry['owner']}:{entry['group']}"
+    if entry.get("state") == "directory":
+        return f"dir {attrs}"
+    if "sha256" in entry:
+        digest = entry["sha256"]
+    elif "content" in entry:
+        digest = hashlib.sha256(str(entry["content"]).encode()).hexdigest()
+    else:
+        digest = probe_file_sha256(entry["src"])
+    return f"{digest} {attrs}"
+
+
+def probe_differs(probe: dict[str, str], entry: dict[str, Any]) -> bool:
+    """True when the node's ``entry['dest']`` is missing or not what the entry says."""
+    return probe.get(f"file:{entry['dest']}", "") != probe_want(entry)
+
+
+def probe_stale(entries: list[dict[str, Any]], probe: dict[str, str]) -> list[dict[str, Any]]:
+    """The entries whose path on the node is missing or not what they say."""
+    return [entry for entry in entries if probe_differs(probe, entry)]
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"probe_file_sha256": probe_file_sha256, "probe_want": probe_want,
+                "probe_differs": probe_differs, "probe_stale": probe_stale}
