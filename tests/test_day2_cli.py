@@ -132,3 +132,16 @@ def test_takeover_archive_or_missing(tmp_path: Path,
     res = run_sandbox(["takeover", "-t", str(topo), str(tmp_path / "none.db"),
                        "--tenant", "ta"], tmp_path)
     assert "'" + str(tmp_path / "none.db") + "' not found" in _one_line_error(res)
+
+
+def test_upgrade_etcd_refuses_a_malformed_version(tmp_path: Path,
+                                                  write_topology: Callable[..., Path]) -> None:
+    """Only the form is the CLI's to check; health, one minor step and no downgrade are
+    the playbook's first play (tested in the crd_apiserver scenario)."""
+    topo = _topology(write_topology, "t-day2-u")
+    for bad in ("3.5", "v3.5.30", "3.5.30-2", "latest"):
+        res = run_sandbox(["upgrade-etcd", "-t", str(topo), "--to", bad], tmp_path)
+        line = _one_line_error(res)
+        assert f"--to '{bad}' is not an etcd version such as 3.5.30" in line
+        assert "nothing was changed" in line
+    assert not (tmp_path / "t-day2-u" / "logs").exists()

@@ -1,5 +1,5 @@
 """Day-2 commands on the external etcd: backup, restore, reset, replace-member, rotate-certs,
-add-members, takeover, rotate-ca.
+add-members, takeover, rotate-ca, upgrade-etcd.
 
 Each runs one playbook (``playbooks/<name>.yml``) against the sandbox's topology with the
 same progress output and log as ``up``. k0s refuses ``k0s backup`` and ``k0s etcd ...``
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -217,6 +218,23 @@ def cmd_takeover(args: argparse.Namespace) -> int:
     return 0
 
 
+ETCD_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+
+
+def cmd_upgrade_etcd(args: argparse.Namespace) -> int:
+    if not ETCD_VERSION.match(args.to):
+        raise UsageError(f"upgrade-etcd: --to '{args.to}' is not an etcd version such as "
+                         "3.5.30 (no leading v, no package revision); nothing was changed")
+    sb = resolve(args)
+    print(f"sandbox: upgrade-etcd '{sb.topo.name}' to {args.to}: guards first (health, one "
+          "minor version per step, no downgrade), a snapshot, then one member at a time, "
+          "the leader last", flush=True)
+    _, took = _run(args, "upgrade-etcd", "upgrade-etcd.yml", {"etcd_upgrade_to": args.to})
+    print(f"sandbox: upgrade-etcd finished in {took:.0f}s (scripts/sandbox etcdctl endpoint "
+          "status -w table shows each member's version)")
+    return 0
+
+
 def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> None:
     """Register the day-2 subcommands with cli.build_parser's ``add``."""
     b = add("backup", "etcdctl snapshot save on one healthy member, fetched with its sha256",
@@ -245,6 +263,10 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
         cmd_rotate_ca)
     add("add-members", "grow etcd to the topology's members (new nodes join one at a time)",
         cmd_add_members)
+    u = add("upgrade-etcd", "move etcd to a newer version, one member at a time (guarded; "
+            "a snapshot first)", cmd_upgrade_etcd)
+    u.add_argument("--to", metavar="VERSION", required=True,
+                   help="etcd version, e.g. 3.5.30: the same minor version or the next one")
     t = add("takeover", "restore an embedded k0s cluster's etcd snapshot for a tenant "
             "(prefix registry)", cmd_takeover)
     t.add_argument("file", metavar="SNAPSHOT", help="etcd snapshot of k0s's embedded etcd")
