@@ -145,3 +145,15 @@ def test_upgrade_etcd_refuses_a_malformed_version(tmp_path: Path,
         assert f"--to '{bad}' is not an etcd version such as 3.5.30" in line
         assert "nothing was changed" in line
     assert not (tmp_path / "t-day2-u" / "logs").exists()
+
+
+def test_remove_member_refuses_a_non_member_and_the_last_one(
+        tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    """Quorum, an even count and an unhealthy cluster are the playbook's first play
+    (tested in the etcd_grow_takeover scenario); these two need no node."""
+    topo = _topology(write_topology, "t-day2-r")
+    line = _one_line_error(run_sandbox(["remove-member", "-t", str(topo), "c1"], tmp_path))
+    assert "'c1' is not an etcd member of topology 't-day2-r' (e1)" in line
+    line = _one_line_error(run_sandbox(["remove-member", "-t", str(topo), "e1"], tmp_path))
+    assert "removing e1 would leave no etcd member" in line
+    assert not (tmp_path / "t-day2-r" / "logs").exists()

@@ -44,7 +44,7 @@ def sandbox_file_checks(lines: list[str], host: str) -> list[Check]:
 
 def sandbox_cluster_checks(outputs: list[str], members: list[str]) -> list[Check]:
     """outputs: etcdctl -w json of endpoint health --cluster, member list, endpoint status
-    --cluster, endpoint hashkv --cluster (in that order)."""
+    --cluster, endpoint hashkv --cluster and (optional) alarm list (in that order)."""
     health = _loads(outputs[0], [])
     listed = _loads(outputs[1], {}).get("members", [])
     status = _loads(outputs[2], [])
@@ -62,7 +62,30 @@ def sandbox_cluster_checks(outputs: list[str], members: list[str]) -> list[Check
                f"leader ids {sorted(f'{x:x}' for x in leaders if isinstance(x, int))}"),
         _check("hashkv equal on all members", len(hashkv) == len(members) and len(hashes) == 1,
                f"{len(hashes)} distinct hash(es) over {len(hashkv)} endpoint(s)"),
-    ]
+    ] + ([_alarm_check(_loads(outputs[4], {}), status)] if len(outputs) > 4 else [])
+
+
+ALARMS = {1: "NOSPACE", 2: "CORRUPT"}
+
+
+def _size(n: Any) -> str:
+    value = float(n or 0)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return ""
+
+
+def _alarm_check(alarms: dict[str, Any], status: list[dict[str, Any]]) -> Check:
+    """etcd's alarms (NOSPACE: the backend quota is full and every write is refused until
+    space is freed and the alarm disarmed; CORRUPT) and each member's database size."""
+    raised = [f"{ALARMS.get(a.get('alarm'), a.get('alarm'))} on {int(a.get('memberID', 0)):x}"
+              for a in alarms.get("alarms") or []]
+    sizes = ", ".join(f"{str(s.get('Endpoint', '')).split('//')[-1]} {_size(s.get('Status', {}).get('dbSize'))}"
+                      for s in status)
+    return _check("no alarm raised (NOSPACE, CORRUPT)", not raised,
+                  ("; ".join(raised) + "; " if raised else "") + f"database sizes: {sizes}")
 
 
 def sandbox_peer_probes(members: dict[str, str], port: int, ca: str, cert: str,

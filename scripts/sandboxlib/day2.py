@@ -1,5 +1,5 @@
 """Day-2 commands on the external etcd: backup, restore, reset, replace-member, rotate-certs,
-add-members, takeover, rotate-ca, upgrade-etcd.
+add-members, remove-member, takeover, rotate-ca, upgrade-etcd, defrag.
 
 Each runs one playbook (``playbooks/<name>.yml``) against the sandbox's topology with the
 same progress output and log as ``up``. k0s refuses ``k0s backup`` and ``k0s etcd ...``
@@ -218,6 +218,34 @@ def cmd_takeover(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_remove_member(args: argparse.Namespace) -> int:
+    sb = resolve(args)
+    members = [n.name for n in sb.topo.group("etcd")]
+    unknown = [m for m in args.members if m not in members]
+    if unknown:
+        raise UsageError(f"remove-member: '{', '.join(unknown)}' is not an etcd member of "
+                         f"topology '{sb.topo.name}' ({', '.join(members)}); nothing was changed")
+    left = [m for m in members if m not in args.members]
+    if not left:
+        raise UsageError(f"remove-member: removing {', '.join(args.members)} would leave no "
+                         "etcd member (scripts/sandbox down removes everything)")
+    _, took = _run(args, "remove-member", "remove-member.yml",
+                   {"etcd_remove_members": list(dict.fromkeys(args.members))})
+    names = ", ".join(args.members)
+    print(f"sandbox: {names} left the etcd cluster in {took:.0f}s; the controllers use "
+          f"{', '.join(left)}. Now take {names} out of the topology's nodes (the next `up` "
+          "would add them back as new members); the nodes keep running until `down`.")
+    return 0
+
+
+def cmd_defrag(args: argparse.Namespace) -> int:
+    extra: dict[str, Any] = {"etcd_defrag_compact": True} if args.compact else {}
+    _, took = _run(args, "defrag", "defrag.yml", extra)
+    print(f"sandbox: defrag finished in {took:.0f}s (scripts/sandbox etcdctl endpoint status "
+          "--cluster -w table shows each member's database size)")
+    return 0
+
+
 ETCD_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
 
@@ -263,6 +291,15 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
         cmd_rotate_ca)
     add("add-members", "grow etcd to the topology's members (new nodes join one at a time)",
         cmd_add_members)
+    rm = add("remove-member", "shrink etcd by one member (guarded; controllers moved off it "
+             "first)", cmd_remove_member)
+    rm.add_argument("members", metavar="MEMBER", nargs="+",
+                    help="the etcd member(s) to remove, one membership change at a time "
+                    "(5 -> 3: name two; the count left must be odd)")
+    d = add("defrag", "defragment every member, one at a time, the leader last (NOSPACE "
+            "recovery with --compact)", cmd_defrag)
+    d.add_argument("--compact", action="store_true",
+                   help="compact at the current revision first, and disarm a NOSPACE alarm after")
     u = add("upgrade-etcd", "move etcd to a newer version, one member at a time (guarded; "
             "a snapshot first)", cmd_upgrade_etcd)
     u.add_argument("--to", metavar="VERSION", required=True,

@@ -46,6 +46,7 @@ class Status:
     etcd_note: str = ""                                        # why health is unknown
     etcd_source: str = ""                                      # where health was read
     api_state: dict[str, str] = field(default_factory=dict)    # controller -> Kubernetes API
+    etcd_db: dict[str, str] = field(default_factory=dict)      # member -> "size of quota"
 
     @property
     def running(self) -> list[str]:
@@ -106,6 +107,7 @@ def collect(topo: Topology, backend: str) -> Status:
     members = [n.name for n in topo.group("etcd") if n.name in st.running]
     ctrls = [n.name for n in topo.group("k0s_controller") if n.name in st.running]
     by_http = metrics_health(topo, backend, members)
+    st.etcd_db = {m: v for m, v in metrics_db(topo, backend, members).items() if v}
     if any(by_http.values()):
         st.etcd_health = {m: h or "unhealthy (no answer)" for m, h in by_http.items()}
         ports = sorted({metrics_port(topo, topo.node(m)) for m in members})
@@ -160,10 +162,48 @@ def http_health(host: str, port: int, timeout: float = 3.0) -> str:
     except (OSError, ValueError):
         return ""
     try:
-        health = json.loads(body).get("health")
+        doc = json.loads(body)
+        health, reason = doc.get("health"), doc.get("reason", "")
     except (ValueError, AttributeError):
         return ""
-    return "healthy" if str(health).lower() == "true" else "unhealthy"
+    if str(health).lower() == "true":
+        return "healthy"
+    return f"unhealthy ({reason})" if reason else "unhealthy"   # 3.5+: "ALARM NOSPACE"
+
+
+DB_METRICS = ("etcd_mvcc_db_total_size_in_bytes", "etcd_server_quota_backend_bytes")
+
+
+def size(n: float) -> str:
+    for unit in ("B", "kB", "MB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def http_db(host: str, port: int, timeout: float = 3.0) -> str:
+    """The member's database size and backend quota from its /metrics ("1.2 MB of 2.1 GB"),
+    '' when nothing answers."""
+    if not port:
+        return ""
+    try:
+        with _DIRECT.open(f"http://{host}:{port}/metrics", timeout=timeout) as resp:
+            text = resp.read().decode(errors="replace")
+    except (OSError, ValueError):
+        return ""
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in DB_METRICS:
+            try:
+                values[name] = float(value)
+            except ValueError:
+                pass
+    if DB_METRICS[0] not in values:
+        return ""
+    quota = values.get(DB_METRICS[1])
+    return size(values[DB_METRICS[0]]) + (f" of {size(quota)}" if quota else "")
 
 
 def metrics_health(topo: Topology, backend: str, members: list[str]) -> dict[str, str]:
@@ -172,6 +212,16 @@ def metrics_health(topo: Topology, backend: str, members: list[str]) -> dict[str
         return {}
     with ThreadPoolExecutor(max_workers=len(members)) as pool:
         futures = {m: pool.submit(http_health, topo.node(m).address(backend),
+                                  metrics_port(topo, topo.node(m))) for m in members}
+        return {m: f.result() for m, f in futures.items()}
+
+
+def metrics_db(topo: Topology, backend: str, members: list[str]) -> dict[str, str]:
+    """Every running member's database size and quota, asked at once ('' = no answer)."""
+    if not members:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(members)) as pool:
+        futures = {m: pool.submit(http_db, topo.node(m).address(backend),
                                   metrics_port(topo, topo.node(m))) for m in members}
         return {m: f.result() for m, f in futures.items()}
 
@@ -219,8 +269,8 @@ def render(st: Status) -> str:
         etcd = st.etcd_health.get(n.name, "?" if st.etcd_health else "-") \
             if "etcd" in n.groups else ""
         rows.append([n.name, ",".join(n.groups), targets[n.name].host,
-                     st.node_state.get(n.name, "?"), etcd])
-    out.append(table(["NODE", "GROUPS", "ADDRESS", node_col, "ETCD"], rows))
+                     st.node_state.get(n.name, "?"), etcd, st.etcd_db.get(n.name, "")])
+    out.append(table(["NODE", "GROUPS", "ADDRESS", node_col, "ETCD", "ETCD DB"], rows))
     members = topo.group("etcd")
     healthy = sum(1 for v in st.etcd_health.values() if v == "healthy")
     if st.etcd_health:
