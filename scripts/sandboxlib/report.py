@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,24 +207,25 @@ def http_db(host: str, port: int, timeout: float = 3.0) -> str:
     return size(values[DB_METRICS[0]]) + (f" of {size(quota)}" if quota else "")
 
 
-def metrics_health(topo: Topology, backend: str, members: list[str]) -> dict[str, str]:
-    """Every running member's /health, asked at once; '' for a member that did not answer."""
+def _ask_members(fn: Callable[[str, int], str], topo: Topology, backend: str,
+                 members: list[str]) -> dict[str, str]:
+    """``fn(address, metrics port)`` for every running member at once."""
     if not members:
         return {}
     with ThreadPoolExecutor(max_workers=len(members)) as pool:
-        futures = {m: pool.submit(http_health, topo.node(m).address(backend),
+        futures = {m: pool.submit(fn, topo.node(m).address(backend),
                                   metrics_port(topo, topo.node(m))) for m in members}
         return {m: f.result() for m, f in futures.items()}
+
+
+def metrics_health(topo: Topology, backend: str, members: list[str]) -> dict[str, str]:
+    """Every running member's /health, asked at once; '' for a member that did not answer."""
+    return _ask_members(http_health, topo, backend, members)
 
 
 def metrics_db(topo: Topology, backend: str, members: list[str]) -> dict[str, str]:
     """Every running member's database size and quota, asked at once ('' = no answer)."""
-    if not members:
-        return {}
-    with ThreadPoolExecutor(max_workers=len(members)) as pool:
-        futures = {m: pool.submit(http_db, topo.node(m).address(backend),
-                                  metrics_port(topo, topo.node(m))) for m in members}
-        return {m: f.result() for m, f in futures.items()}
+    return _ask_members(http_db, topo, backend, members)
 
 
 def table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> str:
