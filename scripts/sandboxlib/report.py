@@ -13,6 +13,7 @@ one member over SSH.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -160,7 +161,7 @@ def http_health(host: str, port: int, timeout: float = 3.0) -> str:
             body = resp.read()
     except urllib.error.HTTPError as err:   # 503: etcd answered, unhealthy
         body = err.read()
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         return ""
     try:
         doc = json.loads(body)
@@ -191,7 +192,7 @@ def http_db(host: str, port: int, timeout: float = 3.0) -> str:
     try:
         with _DIRECT.open(f"http://{host}:{port}/metrics", timeout=timeout) as resp:
             text = resp.read().decode(errors="replace")
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         return ""
     values = {}
     for line in text.splitlines():
