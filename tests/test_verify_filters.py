@@ -46,3 +46,21 @@ def test_what_it_must_catch_fails(line: str, check: str) -> None:
 def test_no_files_no_checks_and_no_key_no_key_check() -> None:
     assert verify.sandbox_file_checks([], "n") == []
     assert _ok(GOOD[:3]) == {"no certificate, key or directory writable by others": True}
+
+
+def test_cluster_checks_report_an_alarm_with_the_database_sizes() -> None:
+    """etcdctl -w json output as etcd 3.5.30 prints it (alarm 1 = NOSPACE)."""
+    health = '[{"endpoint":"https://10.0.0.11:2379","health":true}]'
+    members = '{"members":[{"ID":17,"name":"e1"}]}'
+    status = ('[{"Endpoint":"https://10.0.0.11:2379","Status":{"header":{"member_id":17},'
+              '"leader":17,"dbSize":16084992}}]')
+    hashkv = '[{"Endpoint":"https://10.0.0.11:2379","HashKV":{"hash":5}}]'
+    raised = '{"header":{},"alarms":[{"memberID":17,"alarm":1}]}'
+    checks = verify.sandbox_cluster_checks([health, members, status, hashkv, raised], ["e1"])
+    alarm = checks[-1]
+    assert alarm["name"] == "no alarm raised (NOSPACE, CORRUPT)"
+    assert not alarm["ok"]
+    assert alarm["detail"] == "NOSPACE on 11; database sizes: 10.0.0.11:2379 16.1 MB"
+    calm = verify.sandbox_cluster_checks([health, members, status, hashkv, '{"header":{}}'], ["e1"])
+    assert calm[-1]["ok"] and calm[-1]["detail"] == "database sizes: 10.0.0.11:2379 16.1 MB"
+    assert len(verify.sandbox_cluster_checks([health, members, status, hashkv], ["e1"])) == 4
