@@ -11,6 +11,7 @@ and directory it manages, ``file:<path>=<sha256> <mode>:<owner>:<group>`` (a dir
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any
 
 
@@ -50,7 +51,21 @@ def probe_stale(entries: list[dict[str, Any]], probe: dict[str, str]) -> list[di
     return [entry for entry in entries if probe_differs(probe, entry)]
 
 
+def probe_contents(entries: list[dict[str, Any]], base: str = "") -> list[dict[str, Any]]:
+    """The entries with ``src`` (a control-node text file, relative to ``base``) turned into
+    ``content`` (read whole, trailing newline kept), for the sandbox_files module."""
+    out = []
+    for entry in entries:
+        if "src" in entry:
+            path = os.path.join(base, entry["src"])
+            with open(path, encoding="utf-8") as fh:
+                entry = {**{k: v for k, v in entry.items() if k != "src"}, "content": fh.read()}
+        out.append(entry)
+    return out
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"probe_file_sha256": probe_file_sha256, "probe_want": probe_want,
-                "probe_differs": probe_differs, "probe_stale": probe_stale}
+                "probe_differs": probe_differs, "probe_stale": probe_stale,
+                "probe_contents": probe_contents}
