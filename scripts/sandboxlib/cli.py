@@ -9,6 +9,7 @@ input (nothing changed), 1 when a step failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import os
@@ -111,6 +112,18 @@ def up_extra_vars(args: argparse.Namespace) -> dict[str, Any]:
     return extra
 
 
+def pki_beside_nodes(ctx: runner.RunContext, sb: Any, extra: dict[str, Any]) -> Any:
+    """A first ``up`` of a TLS sandbox makes its PKI on the control node (playbooks/pki.yml
+    without copying, the same variables as site.yml) while the nodes are created and boot:
+    the two overlap instead of adding up. site.yml then finds the PKI current and only
+    copies. Later runs (PKI there) make or renew certificates in site.yml as before.
+    Podman only: a VM's SSH address (a certificate SAN) is known only once it has booted."""
+    if not sb.topo.tls or (sb.topo.state_dir / "pki" / ".inputs.sha256").exists():
+        return contextlib.nullcontext()
+    return runner.beside(ctx, sb.topo, sb.backend, "pki.yml", {**extra, "pki_distribute": False},
+                         "PKI made on the control node")
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     sb = resolve(args)
     need_tool(sb.backend)
@@ -134,7 +147,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     with runner.run_context(sb.topo, "up") as ctx:
         print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
         if sb.backend == "podman":
-            runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
+            with pki_beside_nodes(ctx, sb, extra):
+                runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
             runner.run_playbook(ctx, sb.topo, sb.backend, "site.yml", extra)
         else:
             runner.vagrant_up(ctx, sb.topo, extra)

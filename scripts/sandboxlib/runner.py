@@ -141,18 +141,27 @@ def _log_error(log_path: Path) -> str:
     return ": " + " ".join(lines[-1].split())[:300] if lines else ""
 
 
-def run_playbook(ctx: RunContext, topo: Topology, backend: str, playbook: str,
-                 extra_vars: dict[str, Any] | None = None) -> None:
-    """ansible-playbook -i <topology> playbooks/<playbook>; raises CommandFailed."""
+def _command(topo: Topology, playbook: str, extra_vars: dict[str, Any] | None) -> list[str]:
     path = REPO_ROOT / "playbooks" / playbook
     if not path.is_file():
         raise CommandFailed(f"playbooks/{playbook} does not exist yet")
     cmd = [ansible_playbook_bin(), "-i", str(topo.path), str(path)]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
+    return cmd
+
+
+def _result_file() -> Path:
     with tempfile.NamedTemporaryFile(prefix="sandbox-result-", suffix=".json",
                                      delete=False) as tmp:
-        result_file = Path(tmp.name)
+        return Path(tmp.name)
+
+
+def run_playbook(ctx: RunContext, topo: Topology, backend: str, playbook: str,
+                 extra_vars: dict[str, Any] | None = None) -> None:
+    """ansible-playbook -i <topology> playbooks/<playbook>; raises CommandFailed."""
+    cmd = _command(topo, playbook, extra_vars)
+    result_file = _result_file()
     try:
         with open(ctx.log_path, "a", encoding="utf-8") as log:
             log.write(f"\n$ {' '.join(cmd)}\n")
@@ -163,6 +172,40 @@ def run_playbook(ctx: RunContext, topo: Topology, backend: str, playbook: str,
         if rc != 0:
             raise CommandFailed(_reason(result_file, f"playbooks/{playbook}", rc,
                                         ctx.log_path))
+    finally:
+        result_file.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def beside(ctx: RunContext, topo: Topology, backend: str, playbook: str,
+           extra_vars: dict[str, Any], what: str) -> Iterator[None]:
+    """playbooks/<playbook> in the background while the ``with`` block runs (work on the
+    control node alone, e.g. the PKI while the nodes boot): its output goes to a log of its
+    own, appended to the run's log when it ends; no progress lines. Waited for when the block
+    ends, even a failed one; raises CommandFailed when it failed."""
+    cmd = _command(topo, playbook, extra_vars)
+    result_file = _result_file()
+    log_path = ctx.log_path.with_suffix(f".{Path(playbook).stem}.log")
+    t0 = time.time()
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(f"\n$ {' '.join(cmd)}   # {what}, beside the next step\n")
+        log.flush()
+        env = {**ctx.env(backend, result_file), "SANDBOX_PROGRESS_FILE": os.devnull}
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        try:
+            yield
+        finally:
+            rc = proc.wait()
+            with open(ctx.log_path, "a", encoding="utf-8") as out:
+                out.write(log_path.read_text(encoding="utf-8", errors="replace"))
+            log_path.unlink(missing_ok=True)
+        if rc != 0:
+            raise CommandFailed(_reason(result_file, f"playbooks/{playbook} ({what})", rc,
+                                        ctx.log_path))
+        print(f"      ok            {what}, beside the nodes ({time.time() - t0:.0f}s)",
+              flush=True)
     finally:
         result_file.unlink(missing_ok=True)
 
