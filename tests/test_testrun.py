@@ -85,3 +85,49 @@ def test_serial_stages_report_exit_codes_and_wait_for_a_background_start(
         ("ok", True, ""), ("bad", False, "exit 1"), ("early", True, "")]
     out = capsys.readouterr().out
     assert "=== bad: FAILED (exit 1) in" in out and "built early\n" in out
+
+
+ANSIBLE_FAILURE = """\
+TASK [etcd : Wait for health] **************************************************
+fatal: [m1]: FAILED! => {"changed": false, "msg": "ignored one"}
+...ignoring
+
+TASK [Check every acknowledged write is there] *********************************
+ok: [m1]
+
+TASK [Check the cluster's version] *********************************************
+fatal: [m2]: FAILED! => {"assertion": "v == '3.5.0'", "msg": "Assertion failed"}
+PLAY RECAP *********************************************************************
+CRITICAL Ansible return code was 2, command was: ansible-playbook verify.yml
+"""
+
+
+def test_why_failed_keeps_the_failed_task_and_the_verdict_not_an_ignored_failure() -> None:
+    assert testrun.why_failed(ANSIBLE_FAILURE) == [
+        "TASK [Check the cluster's version]",
+        'fatal: [m2]: FAILED! => {"assertion": "v == \'3.5.0\'", "msg": "Assertion failed"}',
+        "CRITICAL Ansible return code was 2, command was: ansible-playbook verify.yml"]
+    long = "fatal: [m]: FAILED! => " + "x" * 2000
+    assert testrun.why_failed(long) == [long[:testrun.WHY_WIDTH] + " [...]"]
+    many = "\n".join(f"FAILED tests/t.py::test_{i} - AssertionError" for i in range(30))
+    assert testrun.why_failed(many)[0] == "FAILED tests/t.py::test_18 - AssertionError"
+    assert len(testrun.why_failed(many)) == testrun.WHY_LINES
+
+
+def test_the_reasons_of_failed_stages_follow_the_summary(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    log = tmp_path / "out.txt"
+    log.write_text(ANSIBLE_FAILURE)
+    outcomes = testrun.run_pool([("scenario", ["sh", "-c", f"cat {log}; exit 2"]),
+                                 ("fine", ["sh", "-c", "echo fatal: [x]: FAILED! but passed"])],
+                                jobs=2, first_index=1, total=2)
+    assert {o.name: len(o.why) for o in outcomes} == {"scenario": 3, "fine": 0}
+    fg = testrun.run_stage(3, 3, "foreground", ["sh", "-c", "echo 'Error: no such thing'; false"])
+    assert fg.why == ["Error: no such thing"]
+    assert "Error: no such thing\n" in capsys.readouterr().out   # streamed as well
+    assert testrun.summary([*outcomes, fg], 9.0, 2) == 1
+    out = capsys.readouterr().out
+    assert out.index("=== summary") < out.index("=== why scenario failed") < out.index(
+        "  TASK [Check the cluster's version]\n") < out.index("=== why foreground failed") < \
+        out.index("2 failed in 9s")
+    assert "why fine" not in out

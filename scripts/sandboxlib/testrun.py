@@ -65,6 +65,36 @@ EXPECTED_SECONDS: dict[str, int] = {
 }
 
 
+# Lines of a stage's output that say why it failed: Ansible's failed tasks and Molecule's
+# verdict, pytest's failures. The last WHY_LINES of them are repeated after the summary (CI
+# shows the end of the output; a failed stage's own output may be far above it).
+WHY_MARKERS = ("fatal: [", "failed: [", "FAILED!", "CRITICAL ", "FAILED tests/", "ERROR tests/",
+               "AssertionError", "Error: ")
+WHY_LINES = 12
+WHY_WIDTH = 600
+
+
+def why_failed(text: str) -> list[str]:
+    """The lines of ``text`` that say why it failed (an Ansible failure with its task, an
+    ignored one left out), the last WHY_LINES of them, each cut to WHY_WIDTH characters."""
+    lines = text.splitlines()
+    found: list[str] = []
+    task = ""
+    for i, line in enumerate(lines):
+        if line.startswith(("TASK [", "RUNNING HANDLER [")):
+            task = line.rstrip(" *")
+            continue
+        if not any(m in line for m in WHY_MARKERS):
+            continue
+        if i + 1 < len(lines) and lines[i + 1].strip() == "...ignoring":
+            continue
+        if line.startswith(("fatal: [", "failed: [")) and task:
+            found.append(task)
+            task = ""
+        found.append(line if len(line) <= WHY_WIDTH else line[:WHY_WIDTH] + " [...]")
+    return found[-WHY_LINES:]
+
+
 class Background:
     """A stage's command started early in the background; its stage waits for it."""
 
@@ -74,12 +104,13 @@ class Background:
         self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=self.log,
                                      stderr=subprocess.STDOUT, text=True)
 
-    def wait(self) -> int:
+    def wait(self) -> tuple[int, str]:
         rc = self.proc.wait()
         self.log.seek(0)
-        sys.stdout.write(self.log.read())
+        text = self.log.read()
+        sys.stdout.write(text)
         self.log.close()
-        return rc
+        return rc, text
 
 
 @dataclass
@@ -88,11 +119,26 @@ class Outcome:
     ok: bool
     seconds: float
     detail: str = ""
+    why: list[str] = field(default_factory=list)
 
 
-def _ended(name: str, rc: int, seconds: float) -> Outcome:
+def _ended(name: str, rc: int, seconds: float, text: str = "") -> Outcome:
     print(_result_line(name, rc, seconds), flush=True)
-    return Outcome(name, rc == 0, seconds, "" if rc == 0 else f"exit {rc}")
+    return Outcome(name, rc == 0, seconds, "" if rc == 0 else f"exit {rc}",
+                   [] if rc == 0 else why_failed(text))
+
+
+def _streamed(cmd: list[str]) -> tuple[int, str]:
+    """Run ``cmd`` with its output streamed as it comes, and kept."""
+    kept: list[str] = []
+    with subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace") as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            kept.append(line)
+    return proc.returncode, "".join(kept)
 
 
 def _cannot_start(cmd: list[str]) -> str:
@@ -139,14 +185,14 @@ def run_stage(index: int, total: int, name: str, cmd: list[str],
     t0 = time.time()
     if started is not None:
         print(f"(started {t0 - started.t0:.0f}s ago, in the background)", flush=True)
-        rc = started.wait()
+        rc, text = started.wait()
         print(f"({time.time() - started.t0:.0f}s since it started)", flush=True)
-        return _ended(name, rc, time.time() - t0)
+        return _ended(name, rc, time.time() - t0, text)
     try:
-        rc = subprocess.run([_tool(cmd[0]), *cmd[1:]], cwd=REPO_ROOT, check=False).returncode
+        rc, text = _streamed([_tool(cmd[0]), *cmd[1:]])
     except FileNotFoundError:
         return Outcome(name, False, 0.0, f"{cmd[0]} not found")
-    return _ended(name, rc, time.time() - t0)
+    return _ended(name, rc, time.time() - t0, text)
 
 
 def longest_first(stages: Sequence[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
@@ -182,10 +228,11 @@ def run_pool(stages: Sequence[tuple[str, list[str]]], jobs: int, first_index: in
         done = _wait_any(running)
         running.remove(done)
         done.log.seek(0)
+        text = done.log.read()
         print(f"\n=== {done.name}: output", flush=True)
-        sys.stdout.write(done.log.read())
+        sys.stdout.write(text)
         done.log.close()
-        outcomes.append(_ended(done.name, done.proc.returncode, time.time() - done.t0))
+        outcomes.append(_ended(done.name, done.proc.returncode, time.time() - done.t0, text))
     return outcomes
 
 
@@ -267,14 +314,23 @@ def main(argv: list[str]) -> int:
                          for i, (name, cmd) in enumerate(heavy, len(serial) + 1)]
         else:
             outcomes += run_pool(heavy, args.jobs, len(serial) + 1, total)
-    wall = time.time() - t0
+    return summary(outcomes, time.time() - t0, args.jobs)
+
+
+def summary(outcomes: list[Outcome], wall: float, jobs: int) -> int:
+    """The stages slowest first, why the failed ones failed, the counts; the exit code."""
     print("\n=== summary (slowest first)")
     for o in sorted(outcomes, key=lambda o: -o.seconds):
         status = "passed" if o.ok else f"FAILED ({o.detail})"
         print(f"  {o.name:<26} {status:<18} {o.seconds:6.0f}s")
+    for o in outcomes:
+        if not o.ok and o.why:
+            print(f"\n=== why {o.name} failed (its last lines saying so; its whole output is "
+                  "above)")
+            print("\n".join(f"  {line}" for line in o.why))
     passed = sum(o.ok for o in outcomes)
     failed = len(outcomes) - passed
     busy = sum(o.seconds for o in outcomes)
     print(f"{passed} passed, {failed} failed in {wall:.0f}s "
-          f"(stages add up to {busy:.0f}s; --jobs {args.jobs})")
+          f"(stages add up to {busy:.0f}s; --jobs {jobs})")
     return 0 if failed == 0 else 1
