@@ -104,17 +104,20 @@ E2E_SUBNETS = {"default": "10.213.71.0/24", "no-tls": "10.213.72.0/24",
                "multi-tenant": "10.213.73.0/24", "ha": "10.213.74.0/24"}
 
 
-def shipped_copy(name: str, where: Path) -> tuple[str, Path, dict[str, Any]]:
-    """A shipped topology renamed e2e-<name> on its own subnet, offline: Debian's etcd
+def shipped_copy(name: str, where: Path, offline: bool = True) -> tuple[str, Path, dict[str, Any]]:
+    """A shipped topology renamed e2e-<name> on its own subnet. ``offline``: Debian's etcd
     package instead of the release tarball, the k0s download pointed at a closed loopback
-    port (no k0s binary here: k0s is prepared, its preflight runs, its runtime checks SKIP)."""
+    port (no k0s binary here: k0s is prepared, its preflight runs, its runtime checks SKIP);
+    without it the copy is the shipped file as users get it (where github.com cannot be
+    reached, `up` and the README's ansible-playbook line fall back by themselves)."""
     data = yaml.safe_load((REPO_ROOT / "inventories" / f"{name}.yml").read_text())
     data["name"] = f"e2e-{name}"
     data["networks"] = {"podman": E2E_SUBNETS[name]}
-    data.setdefault("vars", {}).update({
-        "etcd_install_method": "package",
-        "k0s_download_base_url": "http://127.0.0.1:9/k0s-releases",
-    })
+    if offline:
+        data.setdefault("vars", {}).update({
+            "etcd_install_method": "package",
+            "k0s_download_base_url": "http://127.0.0.1:9/k0s-releases",
+        })
     path = where / f"e2e-{name}.yml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return data["name"], path, data

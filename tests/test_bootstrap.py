@@ -10,6 +10,12 @@ import pytest
 from sandboxlib import bootstrap
 
 
+@pytest.fixture(autouse=True)
+def _own_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bootstrap's log (apt's and pip's output) in the test's directory."""
+    monkeypatch.setenv("SANDBOX_STATE_DIR", str(tmp_path / "state"))
+
+
 def _no_subprocess(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError(f"unexpected subprocess {args}")
 
@@ -106,3 +112,47 @@ def test_root_debian_installs_only_the_missing(monkeypatch: pytest.MonkeyPatch) 
 def test_dpkg_query_sees_installed_and_absent_packages() -> None:
     assert bootstrap.missing_debian_packages(("dpkg", "t-no-such-package")) == [
         "t-no-such-package"]
+
+
+def test_pip_output_goes_to_the_log_and_its_tail_is_shown_on_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    venv, req = _fake_venv(tmp_path)
+
+    def noisy_pip(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        out = kwargs["stdout"]
+        for i in range(40):
+            out.write(f"WARNING: Location 'file:///x/{i}/' is ignored\n")
+        out.write("ERROR: No matching distribution found for PyYAML==6.0.4\n")
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(bootstrap.subprocess, "run", noisy_pip)
+    with pytest.raises(bootstrap.BootstrapError):
+        bootstrap.ensure_requirements(venv, req)
+    err = capsys.readouterr().err
+    log = tmp_path / "state" / "bootstrap.log"
+    assert log.read_text().count("is ignored") == 40
+    # the terminal gets the step and the last lines of the log, not the whole output
+    assert "bootstrap: Python packages" in err
+    assert "ERROR: No matching distribution found" in err
+    assert err.count("is ignored") < 15
+    assert str(log) in err
+
+
+def test_a_quiet_install_prints_one_line_per_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    venv, req = _fake_venv(tmp_path)
+
+    def pip(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        kwargs["stdout"].write("Collecting PyYAML\n" * 30)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(bootstrap.subprocess, "run", pip)
+    bootstrap.ensure_requirements(venv, req)
+    lines = capsys.readouterr().err.splitlines()
+    # not a terminal: a start line and an end line, no control characters
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("==> bootstrap: Python packages")
+    assert lines[1].startswith("    bootstrap: Python packages done in")
+    assert not any("\x1b" in ln or "\r" in ln for ln in lines)

@@ -1,16 +1,23 @@
 """scripts/sandbox end to end on podman, on the shipped default topology (a copy named
-e2e-default on its own subnet, offline: conftest.shipped_copy): up -> verify's report ->
-status, ssh, etcdctl, kubectl -> up again (no change) -> down -> down --purge.
+e2e-default on its own subnet; nothing else changed: `up` itself falls back offline), and
+the documents' commands as typed: up -> its output and verify's report -> every shell line
+of README.md and docs/cli.md and every line `up` printed under "Next:", in order, from the
+repository root (tests/doc_commands.py; the lines that end the sandbox last) -> down.
 
-Also the default topology's whole-sandbox test (tests/test_topologies_e2e.py runs the other
-shipped topologies the same way): one sandbox, one cycle. Where no k0s binary is available the
-tenant's Kubernetes API is the CRD API server stand-in (Kubernetes' code, not k0s). Skips (with
-the reason) where podman cannot run containers.
+The typed lines get the sandbox through the environment a user may set too
+(SANDBOX_TOPOLOGY, SANDBOX_STATE_DIR), and a kubectl 1.36 on PATH (the one
+scripts/build-apiserver builds) for the lines that call plain `kubectl`. README's second
+`up` is the idempotence check: it must change nothing.
+
+Also the default topology's whole-sandbox test (tests/test_topologies_e2e.py runs no-tls);
+where no k0s binary is available the tenant's Kubernetes API is the CRD API server stand-in
+(Kubernetes' code, not k0s). Skips (with the reason) where podman cannot run containers.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -26,13 +33,37 @@ from conftest import (
     run_sandbox,
     shipped_copy,
 )
+from doc_commands import Command, collect, in_order, next_lines
 
 UP_TIMEOUT = 1800
+DONE_RE = re.compile(r"^\s+\[\d+/\d+\] ([\w-]+) (?:done in \S+: (.*)|FAILED after .*)$",
+                     re.MULTILINE)
 
 
-def _phase(name: str) -> bool:
-    return (REPO_ROOT / "playbooks" / f"{name}.yml").is_file() and f"{name}.yml" in (
-        REPO_ROOT / "playbooks" / "site.yml").read_text()
+def phase_results(out: str) -> dict[str, str]:
+    """Each phase's end line (plain output: not a terminal) -> its detail."""
+    return {m.group(1): m.group(2) or "FAILED" for m in DONE_RE.finditer(out)}
+
+
+def host_kubectl(where: Path) -> Path:
+    """A directory with `kubectl` (the build's 1.36.4) to put on PATH, as a user's own."""
+    built = subprocess.run([str(REPO_ROOT / "scripts" / "build-apiserver"), "--print-dir"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    kubectl = Path(built) / "kubectl"
+    if not kubectl.is_file():
+        pytest.skip(f"kubectl not built ({kubectl}): run scripts/build-apiserver")
+    bin_dir = where / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "kubectl").unlink(missing_ok=True)
+    (bin_dir / "kubectl").symlink_to(kubectl)
+    return bin_dir
+
+
+def run_typed(cmd: Command, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """One documented line as a user types it in the repository root (bash, no stdin)."""
+    return subprocess.run(["bash", "-c", cmd.line], cwd=REPO_ROOT, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=UP_TIMEOUT, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +73,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
         pytest.skip(f"CLI end-to-end test needs podman: {reason}")
     base = tmp_path_factory.mktemp("cli-e2e")
     state = base / "state"
-    name, path, data = shipped_copy("default", base)
+    name, path, data = shipped_copy("default", base, offline=False)
     if podman_objects(name):  # left over from an interrupted run: start clean
         run_sandbox(["down", "--topology", str(path)], state, timeout=300)
     yield path, state, data
@@ -54,96 +85,77 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
 
 
 @pytest.mark.e2e
-def test_up_status_down(sandbox: tuple[Path, Path, dict]) -> None:
+def test_up_then_every_documented_command(sandbox: tuple[Path, Path, dict]) -> None:
     path, state, data = sandbox
     name = data["name"]
 
     up = run_sandbox(["up", "--topology", str(path)], state, timeout=UP_TIMEOUT)
     assert up.returncode == 0, explain(up)
     out = up.stdout
-    phases = re.findall(r"^==> \[\d+/\d+\] (\w+): ", out, re.MULTILINE)
-    assert phases[0] == "nodes", out
-    assert [p for p in phases if p != "nodes"], f"no play of site.yml reported:\n{out}"
-    if _phase("pki"):
-        assert "pki" in phases
+    # Not a terminal: plain lines, no control characters; one start and one end per phase.
+    assert "\x1b" not in out and "\r" not in out
+    phases = re.findall(r"^==> \[\d+/\d+\] ([\w-]+): ", out, re.MULTILINE)
+    assert phases[0] == "nodes" and "verify" in phases, out
+    done = phase_results(out)
+    assert sorted(done) == sorted(phases), out
+    assert "FAILED" not in done.values(), out
+    assert "apt-get" not in out and "WARNING: Location" not in out
     log = re.search(r"full log: (\S+)", out)
     assert log, out
     assert Path(log.group(1)).parent == state / name / "logs"
     log_text = Path(log.group(1)).read_text()
     # nodes.yml, site.yml and, on a first up of a TLS sandbox, pki.yml beside nodes.yml: the
     # PKI is made once, while the nodes boot, and site.yml finds it current.
-    tls = data.get("tls", True)
-    assert log_text.count("PLAY RECAP") == (3 if tls else 2), log_text[-2000:]
-    assert ("PKI made on the control node, beside the nodes" in out) == tls, out
-    if tls:
-        assert log_text.count("TASK [pki : Generate the CA key]") == 1, log_text[-2000:]
+    assert log_text.count("PLAY RECAP") == 3, log_text[-2000:]
+    assert "PKI made on the control node done in" in out, out
+    assert log_text.count("TASK [pki : Generate the CA key]") == 1, log_text[-2000:]
     assert (state / name / "logs" / "up.log").resolve() == Path(log.group(1))
+    # offline: the etcd release and k0s could not be downloaded, and up said so once each
+    assert out.count("! WARNING: etcd v") == 1 and out.count("! WARNING: k0s v") == 1, out
     # the summary table
     assert f"Sandbox '{name}' (podman;" in out
     for node, ip in (("etcd-1", 11), ("etcd-2", 12), ("etcd-3", 13)):
         assert re.search(rf"{node}\s+etcd\s+10\.213\.71\.{ip}\s+running", out), out
     assert re.search(r"k0s-1\s+k0s_controller\s+10\.213\.71\.21\s+running", out), out
     assert "TLS: on" in out
-    assert re.search(r"k0s-tenant\s+/k0s-tenant/\s+k0s-1", out), out
-    assert "scripts/sandbox etcdctl member list -w table" in out
-    if _phase("pki"):
-        assert (state / name / "pki" / "ca.crt").is_file()
-    if _phase("etcd"):
-        assert "etcd: 3/3 members healthy (/health on port 2381)" in out, out
-        # verify.yml ran at the end of site.yml: its report, as for every shipped topology
-        check_verify_report(json.loads((state / name / "verify.json").read_text()), data,
-                            with_api=_phase("apiserver"))
+    assert "etcd: 3/3 members healthy (/health on port 2381)" in out, out
+    kubeconfig = state / name / "kubeconfig" / "k0s-tenant.yaml"
+    assert re.search(r"k0s-tenant\s+/k0s-tenant/\s+k0s-1\s+k0s-1: CRD API server "
+                     r"\(stand-in, not k0s\): ready\s+\S+k0s-tenant\.yaml", out), out
+    assert oct(kubeconfig.stat().st_mode & 0o777) == "0o600"
+    assert (state / name / "pki" / "ca.crt").is_file()
+    # verify.yml ran at the end of site.yml: its report, as for every shipped topology
+    check_verify_report(json.loads((state / name / "verify.json").read_text()), data,
+                        with_api=True)
 
-    # later commands need no flags: the sandbox is remembered in <state>/current
-    status = run_sandbox(["status"], state)
-    assert status.returncode == 0, explain(status)
-    assert status.stdout.count("running") >= 4
-    assert f"network k0sbox-{name}: present" in status.stdout
+    # The documents' commands and up's "Next:" lines, as typed, in order.
+    env = dict(os.environ, SANDBOX_STATE_DIR=str(state), SANDBOX_TOPOLOGY=str(path),
+               PATH=f"{host_kubectl(path.parent)}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.pop("SANDBOX_BACKEND", None)
+    typed = [c for c in collect() if not c.sandbox] + next_lines(out)
+    assert len(next_lines(out)) >= 5, out
+    ran: list[str] = []
+    for cmd in in_order(typed):
+        if cmd.skip:
+            continue
+        res = run_typed(cmd, env)
+        assert res.returncode == cmd.exit_code, f"{cmd.source}: {cmd.line}\n{explain(res)}"
+        ran.append(cmd.line)
+        if cmd.line.startswith("scripts/sandbox up "):   # the second up changes nothing
+            again = phase_results(res.stdout)
+            assert again and all(d in ("nothing to do here", "FAILED") or
+                                 d.endswith(" changed=0") for d in again.values()), res.stdout
+            assert "FAILED" not in again.values(), res.stdout
+            assert "beside the nodes" not in res.stdout, res.stdout
+        if "etcdctl get --prefix --keys-only /k0s-tenant/" in cmd.line:
+            assert "/k0s-tenant/example.sandbox/widgets/first" in res.stdout.split(), res.stdout
+        if cmd.line.startswith("kubectl --kubeconfig"):
+            assert "first" in res.stdout, explain(res)
+        if cmd.exit_code:
+            assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, explain(res)
+    assert any(line.startswith("scripts/sandbox up ") for line in ran)
+    assert ran[-1].startswith("scripts/sandbox down"), ran
 
-    ssh = run_sandbox(["ssh", "etcd-2", "hostname"], state)
-    assert ssh.returncode == 0 and ssh.stdout.strip() == "etcd-2", explain(ssh)
-    if _phase("etcd"):
-        members = run_sandbox(["etcdctl", "member", "list", "-w", "table"], state)
-        assert members.returncode == 0, explain(members)
-        assert all(f"etcd-{i}" in members.stdout for i in (1, 2, 3)), members.stdout
-
-    if _phase("apiserver"):
-        # Where no k0s binary is available, the tenant's API is the CRD API server stand-in.
-        assert re.search(r"k0s-tenant\s+/k0s-tenant/\s+k0s-1\s+k0s-1: CRD API server "
-                         r"\(stand-in, not k0s\): ready", out), out
-        examples = REPO_ROOT / "docs" / "examples"
-        crd = run_sandbox(["kubectl", "apply", "-f", "-"], state,
-                          stdin=(examples / "crd.yaml").read_text())
-        assert crd.returncode == 0, explain(crd)
-        made = run_sandbox(["kubectl", "create", "-f", "-"], state,
-                           stdin=(examples / "widget.yaml").read_text())
-        assert made.returncode == 0 and "widget.example.sandbox/first created" in made.stdout, \
-            explain(made)
-        got = run_sandbox(["kubectl", "--tenant", "k0s-tenant", "get", "widget", "first", "-o",
-                           "jsonpath={.spec.color}"], state)
-        assert got.returncode == 0 and got.stdout == "blue", explain(got)
-        keys = run_sandbox(["etcdctl", "get", "--prefix", "--keys-only", "/k0s-tenant/"], state)
-        assert "/k0s-tenant/example.sandbox/widgets/first" in keys.stdout.split(), explain(keys)
-        gone = run_sandbox(["kubectl", "delete", "crd", "widgets.example.sandbox"], state,
-                           timeout=120)
-        assert gone.returncode == 0, explain(gone)
-
-    # verify on demand, as JSON: the same report (moved here from the multi-tenant e2e)
-    verify = run_sandbox(["verify", "--json"], state, timeout=UP_TIMEOUT)
-    assert verify.returncode == 0, explain(verify)
-    if _phase("etcd"):
-        check_verify_report(json.loads(verify.stdout), data, with_api=_phase("apiserver"))
-
-    # up again: nothing changes
-    again = run_sandbox(["up"], state, timeout=UP_TIMEOUT)
-    assert again.returncode == 0, explain(again)
-    done = re.findall(r"^\s+(\w+) done .*changed=(\d+) failed=(\d+)", again.stdout, re.MULTILINE)
-    assert [p for p, _, _ in done] == ["nodes", "site"], again.stdout
-    assert [(p, c) for p, c, _ in done if c != "0"] == [], again.stdout
-    assert "beside the nodes" not in again.stdout, again.stdout
-
-    down = run_sandbox(["down"], state, timeout=300)
-    assert down.returncode == 0, explain(down)
     assert podman_objects(name) == []
     status = run_sandbox(["status"], state)
     assert status.returncode == 0 and status.stdout.count("not created") == 4

@@ -5,6 +5,7 @@ of API (stand-in or k0s) and its verify table."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 from pathlib import Path
 from types import ModuleType
@@ -106,28 +107,55 @@ def test_expiring(tmp_path: Path) -> None:
 
 def test_up_vars_off_and_k0s_available(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from sandboxlib import apiserver
+    from sandboxlib.progress import Screen
     from sandboxlib.topology import load
 
     topo = load("default")
-    assert apiserver.up_vars(topo, {}, "off") == {"crd_apiserver_enabled": False}
+    screen = Screen(io.StringIO(), tty=False)
+    assert apiserver.up_vars(topo, {}, "off", screen) == {"crd_apiserver_enabled": False}
     binary = tmp_path / "k0s"
     binary.write_text("")
     monkeypatch.setenv("K0S_BINARY", str(binary))
     assert apiserver.k0s_source(topo, {}).startswith("k0s binary")
-    assert apiserver.up_vars(topo, {}, "auto") == {}  # k0s's own kube-apiserver: nothing built
+    assert apiserver.up_vars(topo, {}, "auto", screen) == {}  # k0s's own: nothing built
+    assert "Kubernetes API: k0s's own (k0s binary" in screen.out.getvalue()
 
 
 def test_up_vars_on_builds_and_reports_a_failed_build(monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path) -> None:
     from sandboxlib import apiserver
+    from sandboxlib.progress import Screen
     from sandboxlib.topology import load
 
     fake = tmp_path / "build"
-    fake.write_text("#!/bin/sh\necho 'build-apiserver: could not build: mirror down' >&2\nexit 1\n")
+    fake.write_text("#!/bin/sh\necho 'build-apiserver: step: build root' >&2\n"
+                    "echo 'E: mirror noise' >&2\n"
+                    "echo 'build-apiserver: could not build: mirror down' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setattr(apiserver, "BUILD", fake)
+    out = io.StringIO()
+    log = tmp_path / "up.log"
     with pytest.raises(RuntimeError, match="mirror down"):
-        apiserver.up_vars(load("default"), {}, "on")
+        apiserver.up_vars(load("default"), {}, "on", Screen(out, tty=False), log)
+    # the build's output went to the log; the screen has the step's two lines
+    assert "E: mirror noise" in log.read_text()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("    Kubernetes API stand-in FAILED after"), lines
+
+
+def test_up_vars_reuses_the_built_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from sandboxlib import apiserver
+    from sandboxlib.progress import Screen
+    from sandboxlib.topology import load
+
+    fake = tmp_path / "build"
+    fake.write_text(f"#!/bin/sh\necho {tmp_path}/kube-abc\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(apiserver, "BUILD", fake)
+    out = io.StringIO()
+    got = apiserver.up_vars(load("default"), {}, "on", Screen(out, tty=False))
+    assert got == {"crd_apiserver_dir": f"{tmp_path}/kube-abc"}
+    assert "not k0s: from the cache" in out.getvalue()
 
 
 def test_verify_table(tmp_path: Path) -> None:

@@ -1,10 +1,15 @@
-"""Ansible callback plugin: concise sandbox progress (one line per play and per task).
+"""Ansible callback plugin: the sandbox's progress, as events for the CLI's screen.
 
 ``scripts/sandbox`` enables it with ``ANSIBLE_CALLBACKS_ENABLED=sandbox_progress`` while
-ansible's own output goes to a log file. Environment:
+ansible's own output goes to a log file. It sends one JSON object per line: ``playbook``
+(its phases: the playbook files its plays come from), ``play``, ``task_start``, ``task``
+(the end of a task: counts of ok/changed/failed/skipped hosts), ``warning`` (a debug
+message starting with ``WARNING:``), ``failed`` and ``stats``; each event that a verbose
+screen shows carries its ``line`` (one line per play and per task, with elapsed seconds).
+scripts/sandboxlib/progress.py turns them into one line per phase. Environment:
 
-- ``SANDBOX_PROGRESS_FILE``: where the progress lines are written (a FIFO the CLI reads);
-  without it they go to ansible's display.
+- ``SANDBOX_PROGRESS_FILE``: where the events are written (a FIFO the CLI reads); without
+  it the lines go to ansible's display.
 - ``SANDBOX_PROGRESS_T0``: epoch seconds the elapsed times count from (default: start).
 - ``SANDBOX_RESULT_FILE``: a JSON file written at the end: totals and the failed tasks
   (host, task, msg), which the CLI turns into its one-line reason.
@@ -21,12 +26,12 @@ from typing import Any
 DOCUMENTATION = r"""
 name: sandbox_progress
 type: notification
-short_description: concise per-play and per-task progress for scripts/sandbox
+short_description: progress events for scripts/sandbox
 description:
-  - Prints one line per play and one per task, with elapsed seconds, and a final
-    ok/changed/failed count.
-  - Writes to the file in C(SANDBOX_PROGRESS_FILE) when set; failures are written as JSON
-    to C(SANDBOX_RESULT_FILE).
+  - Sends one JSON event per line (play, task start and end, warnings, failures, stats) to
+    the file in C(SANDBOX_PROGRESS_FILE); without it, prints one line per play and per task
+    with elapsed seconds and a final ok/changed/failed count.
+  - Failures are written as JSON to C(SANDBOX_RESULT_FILE).
 requirements:
   - enable with C(ANSIBLE_CALLBACKS_ENABLED=sandbox_progress)
 """
@@ -58,6 +63,16 @@ def failure_message(result: dict[str, Any]) -> str:
     return _one_line(msg)
 
 
+def in_rescued_block(task: Any) -> bool:
+    """Whether a failure of ``task`` goes to a ``rescue:`` of a block around it."""
+    parent = getattr(task, "_parent", None)
+    while parent is not None:
+        if getattr(parent, "rescue", None):
+            return True
+        parent = getattr(parent, "_parent", None)
+    return False
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "notification"
@@ -83,14 +98,16 @@ class CallbackModule(CallbackBase):
         self._failures: list[dict[str, str]] = []
 
     # -- output -------------------------------------------------------------------------
-    def _emit(self, line: str) -> None:
+    def _send(self, ev: str, line: str | None = None, **fields: Any) -> None:
+        """One event to the CLI (a JSON line), or its line to ansible's display."""
         if self._out is not None:
             try:
-                self._out.write(line + "\n")
+                self._out.write(json.dumps({"ev": ev, "line": line, **fields}) + "\n")
                 return
             except OSError:
                 self._out = None
-        self._display.display(line)
+        if line is not None:
+            self._display.display(line)
 
     def _elapsed(self) -> str:
         return f"+{time.time() - self._t0:.0f}s"
@@ -100,17 +117,21 @@ class CallbackModule(CallbackBase):
             return
         c = self._counts
         hosts = sum(c.values())
+        line = None
         if hosts and c.get("skipped", 0) < hosts:
             if c.get("failed") or c.get("unreachable"):
                 status = "FAILED"
                 n = c.get("failed", 0) + c.get("unreachable", 0)
+            elif c.get("rescued"):
+                status, n = "rescued", c["rescued"]
             elif c.get("changed"):
                 status, n = "changed", c["changed"]
             else:
                 status, n = "ok", c.get("ok", 0)
             count = f"{n}/{hosts}" if hosts > 1 else ""
             took = time.time() - self._task_t0
-            self._emit(f"      {status:<7} {count:<5} {self._task} ({took:.1f}s)")
+            line = f"      {status:<7} {count:<5} {self._task} ({took:.1f}s)"
+        self._send("task", line, name=self._task, counts=c)
         self._task = None
         self._counts = {}
 
@@ -122,26 +143,37 @@ class CallbackModule(CallbackBase):
         name = getattr(playbook, "_file_name", None) or "playbook"
         self._phase = Path(str(name)).stem
         try:
-            self._plays_total = len(playbook.get_plays())
-        except Exception:  # noqa: BLE001 - a count is only cosmetic
-            self._plays_total = 0
+            plays = playbook.get_plays()
+        except Exception:  # noqa: BLE001 - the count is only cosmetic
+            plays = []
+        self._plays_total = len(plays)
         self._play_index = 0
+        phases: list[str] = []
+        for play in plays:
+            phase = self._phase_of(play)
+            if not phases or phases[-1] != phase:
+                phases.append(phase)
+        self._send("playbook", None, name=self._phase, phases=phases)
+
+    def _phase_of(self, play: Any) -> str:
+        """The playbook file a play comes from (site.yml imports etcd.yml, ...)."""
+        path = play.get_path() if hasattr(play, "get_path") else ""
+        return Path(path.rsplit(":", 1)[0]).stem if path else self._phase
 
     def v2_playbook_on_play_start(self, play: Any) -> None:
         self._flush_task()
         self._play_index += 1
-        phase = self._phase
-        path = play.get_path() if hasattr(play, "get_path") else ""
-        if path:
-            phase = Path(path.rsplit(":", 1)[0]).stem
+        phase = self._phase_of(play)
         total = self._plays_total or "?"
-        self._emit(f"==> [{self._play_index}/{total}] {phase}: {play.get_name().strip()}"
-                   f" ({self._elapsed()})")
+        name = play.get_name().strip()
+        line = f"==> [{self._play_index}/{total}] {phase}: {name} ({self._elapsed()})"
+        self._send("play", line, phase=phase, name=name, t=self._elapsed())
 
     def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
         self._flush_task()
         self._task = task.get_name().strip()
         self._task_t0 = time.time()
+        self._send("task_start", None, name=self._task)
 
     def v2_playbook_on_handler_task_start(self, task: Any) -> None:
         self.v2_playbook_on_task_start(task, False)
@@ -149,6 +181,10 @@ class CallbackModule(CallbackBase):
     # -- results ------------------------------------------------------------------------
     def v2_runner_on_ok(self, result: Any) -> None:
         self._count("changed" if result._result.get("changed") else "ok")
+        msg = result._result.get("msg")
+        if result._task.action in ("debug", "ansible.builtin.debug") and isinstance(msg, str) \
+                and msg.startswith("WARNING:"):
+            self._send("warning", None, msg=msg, host=result._host.get_name())
 
     def v2_runner_on_skipped(self, result: Any) -> None:
         self._count("skipped")
@@ -157,10 +193,14 @@ class CallbackModule(CallbackBase):
         if ignore_errors:
             self._count("ok")
             return
-        self._count("failed")
         self._failures.append({"host": result._host.get_name(),
                                "task": result._task.get_name().strip(),
                                "msg": failure_message(result._result)})
+        if in_rescued_block(result._task):   # e.g. a failed download and its fallback
+            self._count("rescued")
+            return
+        self._count("failed")
+        self._send("failed", None, **self._failures[-1])
 
     def v2_runner_on_unreachable(self, result: Any) -> None:
         self._count("unreachable")
@@ -168,6 +208,7 @@ class CallbackModule(CallbackBase):
                                "task": result._task.get_name().strip(),
                                "msg": "unreachable: "
                                       + failure_message(result._result)})
+        self._send("failed", None, **self._failures[-1])
 
     # -- end ----------------------------------------------------------------------------
     def v2_playbook_on_stats(self, stats: Any) -> None:
@@ -182,8 +223,9 @@ class CallbackModule(CallbackBase):
             totals["unreachable"] += s["unreachable"]
             if s["failures"] or s["unreachable"]:
                 failed_hosts.add(host)
-        self._emit(f"    {self._phase} done ({self._elapsed()}): "
-                   + " ".join(f"{k}={v}" for k, v in totals.items()))
+        self._send("stats", f"    {self._phase} done ({self._elapsed()}): "
+                   + " ".join(f"{k}={v}" for k, v in totals.items()), totals=totals,
+                   t=self._elapsed())
         result_file = os.environ.get("SANDBOX_RESULT_FILE")
         if result_file:
             failures = [f for f in self._failures if f["host"] in failed_hosts]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,15 +17,12 @@ from typing import Any
 
 import yaml
 
+from .progress import Screen, step
 from .topology import REPO_ROOT, Topology
 
 BUILD = REPO_ROOT / "scripts" / "build-apiserver"
 K0S_DEFAULTS = REPO_ROOT / "roles" / "k0s_controller" / "defaults" / "main.yml"
 STANDIN_KUBECTL = "/usr/local/bin/kubectl --kubeconfig /etc/crd-apiserver/admin.conf"
-# Which API a controller has: "k0s", "stand-in" or "none" (one SSH round trip).
-WHICH_API = ("if command -v k0s >/dev/null 2>&1; then echo k0s; "
-             "elif [ -r /etc/crd-apiserver/admin.conf ] && [ -x /usr/local/bin/kubectl ]; "
-             "then echo stand-in; else echo none; fi")
 # What `status` shows per controller.
 API_PROBE = (
     "if command -v k0s >/dev/null 2>&1; then "
@@ -42,7 +38,7 @@ API_PROBE = (
 )
 
 
-def _k0s_setting(topo: Topology, extra: dict[str, Any], name: str) -> str:
+def k0s_setting(topo: Topology, extra: dict[str, Any], name: str) -> str:
     if name in extra:
         return str(extra[name] or "")
     if name in topo.vars:
@@ -55,14 +51,14 @@ def _k0s_setting(topo: Topology, extra: dict[str, Any], name: str) -> str:
 def k0s_source(topo: Topology, extra: dict[str, Any]) -> str:
     """Where a k0s binary would come from ('' = none): K0S_BINARY / k0s_binary, the cache,
     or the release URL when it answers within 5 s (then k0s's role downloads it)."""
-    given = _k0s_setting(topo, extra, "k0s_binary") or os.environ.get("K0S_BINARY", "")
+    given = k0s_setting(topo, extra, "k0s_binary") or os.environ.get("K0S_BINARY", "")
     if given:
         return f"k0s binary {given}"
-    version = _k0s_setting(topo, extra, "k0s_version")
+    version = k0s_setting(topo, extra, "k0s_version")
     cached = REPO_ROOT / ".cache" / "k0s" / f"k0s-{version}-amd64"
     if cached.is_file():
         return f"cached k0s {cached}"
-    base = _k0s_setting(topo, extra, "k0s_download_base_url")
+    base = k0s_setting(topo, extra, "k0s_download_base_url")
     url = f"{base}/{version}/k0s-{version}-amd64"
     try:
         req = urllib.request.Request(url, method="HEAD")
@@ -74,25 +70,31 @@ def k0s_source(topo: Topology, extra: dict[str, Any]) -> str:
     return ""
 
 
-def build(out: Any = sys.stdout) -> Path:
-    """Run scripts/build-apiserver (it reuses its cache), echoing its progress lines; its
-    directory, or RuntimeError with its last line."""
+def build(log: Path | None = None, screen: Screen | None = None) -> tuple[Path, bool]:
+    """Run scripts/build-apiserver (it reuses its cache): its output to ``log``, its steps
+    (``build-apiserver: step: ...``) as notes on ``screen``'s live line. Returns its
+    directory and whether it built (False: reused); RuntimeError with its last line."""
     proc = subprocess.Popen([str(BUILD)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     assert proc.stderr is not None and proc.stdout is not None
     last = ""
-    for line in proc.stderr:
-        if line.strip():
-            last = line.strip()
-            if last.startswith("build-apiserver:"):
-                print(f"    {last}", file=out, flush=True)
+    built = False
+    with open(log or os.devnull, "a", encoding="utf-8") as fh:
+        for line in proc.stderr:
+            fh.write(line)
+            if line.strip():
+                last = line.strip()
+                built = built or last.startswith("build-apiserver:")
+                if last.startswith("build-apiserver: step: ") and screen is not None:
+                    screen.note(last.removeprefix("build-apiserver: step: "))
     stdout = proc.stdout.read()
     if proc.wait() != 0:
         raise RuntimeError(last or f"scripts/build-apiserver exit {proc.returncode}")
-    return Path(stdout.strip().splitlines()[-1])
+    return Path(stdout.strip().splitlines()[-1]), built
 
 
-def up_vars(topo: Topology, extra: dict[str, Any], mode: str, out: Any = sys.stdout) -> dict[str, Any]:
+def up_vars(topo: Topology, extra: dict[str, Any], mode: str, screen: Screen,
+            log: Path | None = None) -> dict[str, Any]:
     """Variables for roles/crd_apiserver: build the stand-in when k0s cannot be had (auto),
     always (on), or switch it off (off)."""
     if mode == "off":
@@ -100,9 +102,12 @@ def up_vars(topo: Topology, extra: dict[str, Any], mode: str, out: Any = sys.std
     if mode == "auto":
         source = k0s_source(topo, extra)
         if source:
-            print(f"    Kubernetes API: k0s's own ({source}); no stand-in built", file=out, flush=True)
+            screen.line(f"    Kubernetes API: k0s's own ({source}); no stand-in built")
             return {}
-    print("    Kubernetes API: no k0s binary here; building (or reusing) Kubernetes' CRD API "
-          "server v1.36.4 from Debian's sources as a stand-in (scripts/build-apiserver; "
-          "about 6 min the first time, cached after)", file=out, flush=True)
-    return {"crd_apiserver_dir": str(build(out))}
+    label = "Kubernetes API stand-in"
+    with step(screen, label, "no k0s binary here: Kubernetes' CRD API server 1.36.4 from "
+              "Debian's sources (not k0s; about 8 min the first time)") as result:
+        out, built = build(log, screen)
+        result["detail"] = ("Kubernetes' CRD API server 1.36.4, not k0s: "
+                            + ("built, cached for next time" if built else "from the cache"))
+    return {"crd_apiserver_dir": str(out)}

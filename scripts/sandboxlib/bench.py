@@ -7,7 +7,7 @@ On the podman backend, with several repetitions and medians:
   4. cold ``up`` with 1, 3, 5 and 7 etcd members (plus one controller),
   5. the floor: the same containers created and etcd started directly (podman run + etcd
      with the same certificates, no Ansible), until ``endpoint health --cluster`` passes.
-Per-phase times come from the progress lines ``up`` prints per play. Results: a table, a
+Per-phase times come from the progress lines ``up -v`` prints per play. Results: a table, a
 JSON and a CSV file, and a PNG plot of time against member count (ours and the floor).
 Every sandbox runs offline (Debian's etcd package, the k0s download on a closed loopback
 port) under its own name and subnet, so a sandbox the user has up is not touched.
@@ -199,9 +199,9 @@ def _measure(bench: Bench, work: Path, reps: int, counts: list[int], etcd_bin: P
     default = _topology(work, "bench-default", "10.213.150.0/24", None)
     t = ["--topology", str(default)]
     for rep in range(1, reps + 1):
-        took, stdout = bench.sandbox("up", *t)
+        took, stdout = bench.sandbox("up", "-v", *t)
         bench.record("cold-up", 3, rep, took, **bench.phases(stdout))
-        took, stdout = bench.sandbox("up", *t)
+        took, stdout = bench.sandbox("up", "-v", *t)
         changed = sum(int(m.group(3)) for m in DONE_RE.finditer(stdout))
         bench.record("warm-up", 3, rep, took, changed=changed, **bench.phases(stdout))
         took, _ = bench.sandbox("down", "--purge", *t)
@@ -210,7 +210,7 @@ def _measure(bench: Bench, work: Path, reps: int, counts: list[int], etcd_bin: P
         topo = _topology(work, f"bench-m{n}", f"10.213.{150 + n}.0/24", n)
         t = ["--topology", str(topo)]
         for rep in range(1, reps + 1):
-            took, stdout = bench.sandbox("up", *t)
+            took, stdout = bench.sandbox("up", "-v", *t)
             bench.record("cold-up", n, rep, took, **bench.phases(stdout))
             bench.sandbox("down", *t)  # keeps the PKI for the floor
             if with_floor and etcd_bin is not None:

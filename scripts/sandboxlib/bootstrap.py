@@ -10,17 +10,25 @@ On a fresh Debian 12 host with nothing but Python this module:
 4. re-executes the calling script with the venv's Python.
 
 It never deletes or recreates an existing ``.venv``. Everything it prints goes to stderr,
-so commands like ``scripts/sandbox inventory --json`` keep stdout clean.
+so commands like ``scripts/sandbox inventory --json`` keep stdout clean: one line per step
+(a live line with a spinner on a terminal); apt's, venv's and pip's own output goes to
+``.sandbox/bootstrap.log`` (``$SANDBOX_STATE_DIR/bootstrap.log``), whose last lines are shown
+when a step fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
+
+from .progress import Screen, step
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV = REPO_ROOT / ".venv"
@@ -41,6 +49,35 @@ class BootstrapError(RuntimeError):
 
 def log(msg: str) -> None:
     print(f"bootstrap: {msg}", file=sys.stderr, flush=True)
+
+
+def log_path() -> Path:
+    """Where apt's, venv's and pip's output goes (beside the sandboxes' state)."""
+    base = os.environ.get("SANDBOX_STATE_DIR")
+    return (Path(base) if base else REPO_ROOT / ".sandbox") / "bootstrap.log"
+
+
+@contextlib.contextmanager
+def quiet_step(label: str, note: str) -> Iterator[IO[str]]:
+    """One line for a bootstrap step; the yielded file takes the commands' output. On a
+    failure the log's last lines are printed, with its path."""
+    path = log_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    screen = Screen(sys.stderr)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(f"\n# bootstrap: {label}: {note}\n")
+        fh.flush()
+        try:
+            with step(screen, f"bootstrap: {label}", note):
+                yield fh
+        except BaseException:
+            fh.flush()
+            tail = path.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
+            print("\n".join(f"    | {line}" for line in tail), file=sys.stderr)
+            print(f"    (whole output: {path})", file=sys.stderr, flush=True)
+            raise
+        finally:
+            screen.close()
 
 
 def is_debian() -> bool:
@@ -66,14 +103,15 @@ def apt_install(packages: list[str]) -> None:
     """``apt-get install -y``; on failure refresh the package lists once and retry."""
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     cmd = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
-    log(f"installing {' '.join(packages)} (apt-get)")
-    if subprocess.run(cmd, env=env, stdout=sys.stderr, check=False).returncode == 0:
-        return
-    log("apt-get install failed; running apt-get update and retrying")
-    subprocess.run(["apt-get", "update"], env=env, stdout=sys.stderr, check=False)
-    if subprocess.run(cmd, env=env, stdout=sys.stderr, check=False).returncode != 0:
-        raise BootstrapError(f"apt-get install {' '.join(packages)} failed; "
-                             "see the apt-get output above")
+    with quiet_step("system packages", f"apt-get install {' '.join(packages)}") as out:
+        if subprocess.run(cmd, env=env, stdout=out, stderr=out, check=False).returncode == 0:
+            return
+        out.write("# apt-get install failed; running apt-get update and retrying\n")
+        out.flush()
+        subprocess.run(["apt-get", "update"], env=env, stdout=out, stderr=out, check=False)
+        if subprocess.run(cmd, env=env, stdout=out, stderr=out, check=False).returncode != 0:
+            raise BootstrapError(f"apt-get install {' '.join(packages)} failed (output above "
+                                 f"and in {log_path()})")
 
 
 def ensure_system_packages(packages: tuple[str, ...] = SYSTEM_PACKAGES) -> list[str]:
@@ -116,8 +154,9 @@ def ensure_venv(venv: Path = VENV) -> Path:
         if not _venv_available():
             raise BootstrapError("Python's venv module is missing: install it "
                                  "(Debian/Ubuntu: apt-get install python3-venv) and re-run")
-    log(f"creating the virtualenv {venv}")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], stdout=sys.stderr, check=True)
+    with quiet_step("virtualenv", f"python3 -m venv {venv.name}") as out:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], stdout=out, stderr=out,
+                       check=True)
     return python
 
 
@@ -131,13 +170,15 @@ def ensure_requirements(venv: Path = VENV, requirements: Path = REQUIREMENTS) ->
     want = requirements_hash(requirements)
     if stamp.is_file() and stamp.read_text().strip() == want:
         return
-    log(f"installing {requirements.name} into {venv.name} (pip)")
-    res = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
-                          "--disable-pip-version-check", "-q", "-r", str(requirements)],
-                         stdout=sys.stderr, check=False)
-    if res.returncode != 0:
-        raise BootstrapError(f"pip install -r {requirements.name} failed (exit "
-                             f"{res.returncode}); see the output above (no network to PyPI?)")
+    with quiet_step("Python packages", f"pip install -r {requirements.name} into "
+                    f"{venv.name}") as out:
+        res = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
+                              "--disable-pip-version-check", "-q", "-r", str(requirements)],
+                             stdout=out, stderr=out, check=False)
+        if res.returncode != 0:
+            raise BootstrapError(f"pip install -r {requirements.name} failed (exit "
+                                 f"{res.returncode}); see its output above (no network to "
+                                 "PyPI?)")
     stamp.write_text(want + "\n")
 
 

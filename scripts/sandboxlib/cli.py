@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from . import apiserver, day2, inventory, remote, report, runner
+from . import apiserver, day2, inventory, kube, progress, remote, report, runner
 from .context import (
     Failure,
     UsageError,
@@ -138,14 +138,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     t0 = time.time()
     print(f"sandbox: up '{sb.topo.name}' ({sb.backend}; {len(sb.topo.nodes)} nodes)",
           flush=True)
-    if sb.topo.tenants:
-        try:
-            extra.update(apiserver.up_vars(sb.topo, extra, args.apiserver))
-        except RuntimeError as exc:
-            raise Failure(f"the Kubernetes API stand-in could not be built: {exc} "
-                          "(or run up with --apiserver off)") from None
     with runner.run_context(sb.topo, "up") as ctx:
-        print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
+        ctx.screen.line(f"    full log: {report.display_path(ctx.log_path)}")
+        if sb.topo.tenants:
+            try:
+                extra.update(apiserver.up_vars(sb.topo, extra, args.apiserver, ctx.screen,
+                                               ctx.log_path))
+            except RuntimeError as exc:
+                raise Failure(f"the Kubernetes API stand-in could not be built: {exc} "
+                              f"(log: {report.display_path(ctx.log_path)}; or run up with "
+                              "--apiserver off)") from None
         if sb.backend == "podman":
             with pki_beside_nodes(ctx, sb, extra):
                 runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
@@ -235,31 +237,6 @@ def cmd_etcdctl(args: argparse.Namespace) -> int:
                   "is the sandbox up? (scripts/sandbox status)")
 
 
-def cmd_kubectl(args: argparse.Namespace) -> int:
-    sb = resolve(args)
-    tenants = {t.name: t for t in sb.topo.tenants}
-    if not tenants:
-        raise UsageError(f"topology '{sb.topo.name}' has no tenants (no k0s controllers)")
-    name = args.tenant or sb.topo.tenants[0].name
-    if name not in tenants:
-        raise UsageError(f"no tenant '{name}' in topology '{sb.topo.name}'; tenants: "
-                         f"{', '.join(tenants)}")
-    ctrl = tenants[name].controllers[0]
-    node = target(sb, ctrl)
-    res = remote.run(node, apiserver.WHICH_API, timeout=15)
-    if res.returncode == 255:
-        raise Failure(f"controller {ctrl} is not reachable over SSH: "
-                      f"{' '.join(res.stderr.split())[:200]} (scripts/sandbox status)")
-    which = res.stdout.strip()
-    if which == "k0s":
-        remote.exec_ssh(node, "k0s kubectl " + shlex.join(args.args))
-    if which == "stand-in":
-        remote.exec_ssh(node, f"{apiserver.STANDIN_KUBECTL} " + shlex.join(args.args))
-    raise Failure(f"no Kubernetes API on {ctrl} (tenant {name}): k0s is not installed and the "
-                  "CRD API server stand-in is not set up; run scripts/sandbox up (it builds "
-                  "the stand-in where no k0s binary is available)")
-
-
 def cmd_logs(args: argparse.Namespace) -> int:
     sb = resolve(args)
     node = target(sb, args.node)
@@ -307,6 +284,8 @@ def build_parser() -> Parser:
                              "(default: the one last brought up, else 'default')")
     common.add_argument("--backend", "-b", choices=BACKENDS,
                         help="podman (system containers, default) or vagrant (VMs)")
+    common.add_argument("--verbose", "-v", action="store_true",
+                        help="show every Ansible task, not only one line per phase")
     p = Parser(prog="scripts/sandbox",
                description="k0s on an external etcd cluster: a sandbox on podman or Vagrant.",
                epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -345,10 +324,7 @@ def build_parser() -> Parser:
     e = add("etcdctl", "run etcdctl on the first healthy etcd member (certs preset)",
             cmd_etcdctl)
     e.add_argument("args", nargs="*", metavar="ARGS", help=argparse.SUPPRESS)
-    k = add("kubectl", "kubectl on a tenant's first controller ('k0s kubectl', or the "
-                       "stand-in API server's kubectl where k0s does not run)", cmd_kubectl)
-    k.add_argument("--tenant", metavar="T", help="tenant name (default: the first)")
-    k.add_argument("args", nargs="*", metavar="ARGS", help=argparse.SUPPRESS)
+    kube.add_commands(add)
     lg = add("logs", "journal of a node's service (etcd / k0scontroller by default)",
              cmd_logs)
     lg.add_argument("node", metavar="NODE")
@@ -419,6 +395,7 @@ def _main(argv: list[str] | None) -> int:
         args = build_parser().parse_args(ours)
         if rest:
             args.args = rest
+        progress.VERBOSE = bool(getattr(args, "verbose", False))
         return int(args.func(args))
     except (UsageError, TopologyError, runner.InvalidInput) as exc:
         print(f"sandbox: error: {exc}", file=sys.stderr)

@@ -289,15 +289,33 @@ def render(st: Status) -> str:
     if topo.tenants:
         rows = [[t.name, t.normalized_prefix, ",".join(t.controllers),
                  "; ".join(f"{c}: {st.api_state.get(c, 'node not running')}"
-                           for c in t.controllers)] for t in topo.tenants]
-        out.append(table(["TENANT", "PREFIX", "CONTROLLERS", "KUBERNETES API"], rows))
+                           for c in t.controllers), kubeconfig_of(topo, t.name)]
+                for t in topo.tenants]
+        out.append(table(["TENANT", "PREFIX", "CONTROLLERS", "KUBERNETES API", "KUBECONFIG"],
+                         rows))
     out.append("Next:")
-    nxt = ["scripts/sandbox etcdctl member list -w table",
-           "scripts/sandbox etcdctl endpoint status --cluster -w table"]
-    for t in topo.tenants[:2]:
-        nxt.append(f"scripts/sandbox kubectl --tenant {t.name} apply -f docs/examples/crd.yaml")
-    nxt += [f"scripts/sandbox ssh {topo.nodes[0].name}",
-            f"scripts/sandbox logs {members[0].name if members else topo.nodes[0].name}",
-            "scripts/sandbox verify", "scripts/sandbox down"]
-    out += [f"  {c}" for c in nxt]
+    out += [f"  {c}" for c in next_commands(topo)]
     return "\n".join(out)
+
+
+def kubeconfig_of(topo: Topology, tenant: str) -> str:
+    """The tenant's kubeconfig on the control node (what ``scripts/sandbox kubeconfig``
+    prints), '-' before ``up`` wrote it."""
+    path = topo.state_dir / "kubeconfig" / f"{tenant}.yaml"
+    return display_path(path) if path.is_file() else "-"
+
+
+def next_commands(topo: Topology) -> list[str]:
+    """What to try next, as typed from the repository root (the README test runs them)."""
+    members = topo.group("etcd")
+    nxt = ["scripts/sandbox etcdctl member list -w table"]
+    for i, t in enumerate(topo.tenants[:2]):
+        if i == 0:
+            nxt.append(f"scripts/sandbox kubectl --tenant {t.name} apply -f docs/examples/crd.yaml")
+        nxt.append(f"scripts/sandbox kubectl --tenant {t.name} get crd")
+    if topo.tenants:
+        nxt.append(f"scripts/sandbox kubeconfig --tenant {topo.tenants[0].name}"
+                   "   # its path, for your own kubectl, helm, k9s")
+    nxt += [f"scripts/sandbox ssh {members[0].name if members else topo.nodes[0].name}",
+            "scripts/sandbox verify", "scripts/sandbox down"]
+    return nxt

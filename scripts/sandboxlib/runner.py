@@ -1,14 +1,15 @@
 """Run ansible-playbook (podman backend) or Vagrant with concise progress and a full log.
 
 ansible's own output goes to a log file under ``<state dir>/logs/``; the project's callback
-plugin (``plugins/callback/sandbox_progress.py``) writes one line per play and per task to a
-FIFO that a thread here copies to the terminal, and a JSON result with the failed tasks from
-which the CLI makes its one-line reason.
+plugin (``plugins/callback/sandbox_progress.py``) sends progress events to a FIFO that a
+thread here turns into one line per phase (progress.PlaybookView; every task with ``-v``),
+and writes a JSON result with the failed tasks from which the CLI makes its one-line reason.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from .progress import PlaybookView, Screen
 from .topology import REPO_ROOT, Topology
 
 CALLBACK = "sandbox_progress"
@@ -39,6 +41,7 @@ class RunContext:
     log_path: Path
     progress_file: Path
     t0: float
+    screen: Screen
 
     def env(self, backend: str, result_file: Path | None = None) -> dict[str, str]:
         env = dict(os.environ)
@@ -61,20 +64,26 @@ class RunContext:
         return env
 
 
-def _copy_lines(fifo: Path, out: TextIO) -> None:
+def _read_events(fifo: Path, view: PlaybookView) -> None:
+    """The callback's JSON events from the FIFO to the view, until the end marker."""
     # O_RDWR: opening never blocks and we never see EOF while no writer is attached.
     fd = os.open(fifo, os.O_RDWR)
     with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as fh:
         for line in fh:
-            if line.rstrip("\n") == _EOF:
+            line = line.rstrip("\n")
+            if line == _EOF:
                 return
-            out.write(line)
-            out.flush()
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                ev = {"ev": "text", "line": line}
+            if isinstance(ev, dict):
+                view.handle(ev)
 
 
 @contextlib.contextmanager
 def run_context(topo: Topology, command: str, out: TextIO | None = None) -> Iterator[RunContext]:
-    """A log file for ``command`` and a FIFO whose lines are echoed to ``out`` (stdout)."""
+    """A log file for ``command`` and a FIFO whose events are shown on ``out`` (stdout)."""
     logs = topo.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -84,18 +93,22 @@ def run_context(topo: Topology, command: str, out: TextIO | None = None) -> Iter
     with contextlib.suppress(OSError):
         latest.unlink(missing_ok=True)
         latest.symlink_to(log_path.name)
+    screen = Screen(out or sys.stdout)
+    view = PlaybookView(screen)
     with tempfile.TemporaryDirectory(prefix="sandbox-progress-") as tmp:
         fifo = Path(tmp) / "progress"
         os.mkfifo(fifo, 0o600)
-        reader = threading.Thread(target=_copy_lines, args=(fifo, out or sys.stdout),
-                                  daemon=True)
+        reader = threading.Thread(target=_read_events, args=(fifo, view), daemon=True)
         reader.start()
         try:
-            yield RunContext(log_path=log_path, progress_file=fifo, t0=time.time())
+            yield RunContext(log_path=log_path, progress_file=fifo, t0=time.time(),
+                             screen=screen)
         finally:
             with open(fifo, "w", encoding="utf-8") as fh:
                 fh.write(_EOF + "\n")
             reader.join(timeout=10)
+            view.close()
+            screen.close()
 
 
 def ansible_playbook_bin() -> str:
@@ -204,8 +217,7 @@ def beside(ctx: RunContext, topo: Topology, backend: str, playbook: str,
         if rc != 0:
             raise CommandFailed(_reason(result_file, f"playbooks/{playbook} ({what})", rc,
                                         ctx.log_path))
-        print(f"      ok            {what}, beside the nodes ({time.time() - t0:.0f}s)",
-              flush=True)
+        ctx.screen.end(what, time.time() - t0, "beside the nodes")
     finally:
         result_file.unlink(missing_ok=True)
 
@@ -220,7 +232,7 @@ def validate(topo: Topology, backend: str, extra_vars: dict[str, Any]) -> None:
     nothing behind. Raises InvalidInput with the failed check's message."""
     with tempfile.TemporaryDirectory(prefix="sandbox-validate-") as tmp:
         ctx = RunContext(log_path=Path(tmp) / "validate.log", progress_file=Path(os.devnull),
-                         t0=time.time())
+                         t0=time.time(), screen=Screen(io.StringIO()))
         try:
             run_playbook(ctx, topo, backend, "validate.yml", extra_vars)
         except CommandFailed as exc:
@@ -272,9 +284,13 @@ def vagrant_up(ctx: RunContext, topo: Topology, extra: dict[str, Any]) -> None:
     box = os.environ.get("SANDBOX_BOX") or topo.vagrant.get("box") or "debian/bookworm64"
     provider = os.environ.get("VAGRANT_DEFAULT_PROVIDER") or "Vagrant's default provider"
     t0 = time.time()
-    print(f"==> vms: vagrant up --no-provision: {len(topo.nodes)} VMs from box {box} "
-          f"({provider}) ...", flush=True)
-    vagrant_run(ctx, topo, "up")
-    print(f"      ok            {len(topo.nodes)} VMs up ({time.time() - t0:.0f}s)", flush=True)
-    print("==> provision: vagrant provision (playbooks/site.yml on all VMs)", flush=True)
+    label = f"vms: {len(topo.nodes)} VMs from box {box}"
+    ctx.screen.start(label, f"vagrant up --no-provision ({provider})")
+    try:
+        vagrant_run(ctx, topo, "up")
+    except CommandFailed:
+        ctx.screen.end(label, time.time() - t0, "vagrant up failed", ok=False)
+        raise
+    ctx.screen.end(label, time.time() - t0, "booted")
+    ctx.screen.line("==> provision: vagrant provision (playbooks/site.yml on all VMs)")
     vagrant_run(ctx, topo, "provision")

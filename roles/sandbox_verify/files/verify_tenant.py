@@ -78,6 +78,30 @@ def wait_for(predicate: Any, deadline_s: float, step: float = 0.2) -> bool:
         time.sleep(step)
 
 
+ESTABLISHED = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+
+
+def established(k: list[str], resource: str, deadline_s: float) -> tuple[
+        subprocess.CompletedProcess[str], bool]:
+    """Poll the CRD's Established condition until it is True or the deadline passes.
+
+    Not ``kubectl wait --for=condition=Established``: right after the create the CRD's
+    .status.conditions is still null, and kubectl wait then fails at once ("accessor error:
+    <nil> is of the type <nil>") instead of waiting (FACTS.md, Kubernetes clients)."""
+    last: list[subprocess.CompletedProcess[str]] = []
+
+    def done() -> bool:
+        last[:] = [run(k + ["get", f"crd/{resource}", "-o", ESTABLISHED], timeout=10)]
+        return last[0].returncode == 0 and last[0].stdout.strip() == "True"
+
+    ok = wait_for(done, deadline_s, step=0.3)
+    res = last[0]
+    if not ok and res.returncode == 0:
+        res = subprocess.CompletedProcess(res.args, 1, res.stdout, "not Established after "
+                                          f"{deadline_s:.0f}s (condition: '{res.stdout.strip()}')")
+    return res, ok
+
+
 def roundtrip(spec: dict[str, Any]) -> list[dict[str, Any]]:
     k, e, tenant = spec["kubectl"], spec["etcdctl"], spec["tenant"]
     group = group_of(tenant)
@@ -89,9 +113,7 @@ def roundtrip(spec: dict[str, Any]) -> list[dict[str, Any]]:
     res = run(k + ["apply", "-f", "-"], json.dumps(crd(tenant)))
     ok = res.returncode == 0
     if ok:
-        res = run(k + ["wait", "--for=condition=Established", f"crd/{resource}", "--timeout=30s"],
-                  timeout=40)
-        ok = res.returncode == 0
+        res, ok = established(k, resource, 30)
     checks.append(check(f"{tenant}: CustomResourceDefinition {resource} created and established",
                         ok, short(res)))
     if not ok:
