@@ -24,7 +24,8 @@ node to the VM) is off here by default (SANDBOX_EXTRA_VARS={"crd_apiserver_enabl
 the provisioner's variables; said in the output): under TCG
 it made this test 20 min instead of 8 (up 971 s, verify 115 s when it ran and passed here on
 2026-11-30), too much for CI's budget. SANDBOX_VAGRANT_E2E_APISERVER=1 runs it with the
-stand-in and checks its round trip; the podman tests run the same role on every change.
+stand-in and checks its round trip, and `scripts/sandbox kubeconfig` / `kubectl` from the
+host to the VM's private address; the podman tests run the same role on every change.
 """
 
 from __future__ import annotations
@@ -343,6 +344,18 @@ def test_single_topology_on_vagrant_libvirt(tmp_path: Path,
                 passed = {c["name"] for c in report["checks"] if c["ok"] and not c.get("skipped")}
                 assert ("k0s-tenant: a watch sees the change (ADDED, then MODIFIED)" in passed) \
                     == with_api, names
+                if with_api:
+                    # kubectl on the host, through the VM's private address, with the
+                    # kubeconfig `vagrant up` wrote on the control node.
+                    conf = run_cli(["kubeconfig", *topo], state, env, 60)
+                    assert conf.returncode == 0, _explain(conf)
+                    server = yaml.safe_load(Path(conf.stdout.strip()).read_text())[
+                        "clusters"][0]["cluster"]["server"]
+                    assert server.startswith("https://192.168.126."), server
+                    crds = timed("kubectl on the host", sandbox=["kubectl", *topo, "get",
+                                                                   "crd", "-o", "name"],
+                                 timeout=VERIFY_TIMEOUT)
+                    assert crds.returncode == 0, _explain(crds)
             finally:
                 down = timed("down (vagrant destroy)", sandbox=["down", "--purge", *topo],
                              timeout=300)
