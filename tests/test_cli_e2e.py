@@ -107,7 +107,7 @@ def test_up_then_every_documented_command(sandbox: tuple[Path, Path, dict]) -> N
     # nodes.yml, site.yml and, on a first up of a TLS sandbox, pki.yml beside nodes.yml: the
     # PKI is made once, while the nodes boot, and site.yml finds it current.
     assert log_text.count("PLAY RECAP") == 3, log_text[-2000:]
-    assert "PKI made on the control node done in" in out, out
+    assert "PKI on the control node done in" in out, out
     assert log_text.count("TASK [pki : Generate the CA key]") == 1, log_text[-2000:]
     assert (state / name / "logs" / "up.log").resolve() == Path(log.group(1))
     # offline: the etcd release and k0s could not be downloaded, and up said so once each

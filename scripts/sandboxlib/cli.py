@@ -121,7 +121,7 @@ def pki_beside_nodes(ctx: runner.RunContext, sb: Any, extra: dict[str, Any]) -> 
     if not sb.topo.tls or (sb.topo.state_dir / "pki" / ".inputs.sha256").exists():
         return contextlib.nullcontext()
     return runner.beside(ctx, sb.topo, sb.backend, "pki.yml", {**extra, "pki_distribute": False},
-                         "PKI made on the control node")
+                         "PKI on the control node")
 
 
 def cmd_up(args: argparse.Namespace) -> int:

@@ -93,7 +93,7 @@ class Screen:
             self._live = None
             if self.tty:
                 mark = self.ok_mark if ok else self.fail_mark
-                text = f"  {mark} {label:<24} {elapsed(took):>6}  {detail}".rstrip()
+                text = f"  {mark} {label:<26} {elapsed(took):>6}  {detail}".rstrip()
             else:
                 word = "done in" if ok else "FAILED after"
                 text = f"    {label} {word} {elapsed(took)}" + (f": {detail}" if detail else "")
@@ -125,7 +125,7 @@ class Screen:
             return
         label, t0, note = self._live
         frame = self.frames[self._tick % len(self.frames)]
-        text = f"  {frame} {label:<24} {elapsed(time.monotonic() - t0):>6}  {note}"
+        text = f"  {frame} {label:<26} {elapsed(time.monotonic() - t0):>6}  {note}"
         width = shutil.get_terminal_size((80, 24)).columns - 1
         self.out.write(text[:width].rstrip())
 
