@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import report, runner
-from .context import UsageError, check_owner, need_tool, resolve
+from .context import UsageError, check_owner, need_tool, resolve, run_vars
 
 
 def _run(args: argparse.Namespace, command: str, playbook: str,
@@ -29,7 +29,7 @@ def _run(args: argparse.Namespace, command: str, playbook: str,
     t0 = time.time()
     with runner.run_context(sb.topo, command) as ctx:
         print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
-        runner.run_playbook(ctx, sb.topo, sb.backend, playbook, extra)
+        runner.run_playbook(ctx, sb.topo, sb.backend, playbook, run_vars(extra))
     return sb, time.time() - t0
 
 
@@ -170,8 +170,7 @@ def cmd_add_members(args: argparse.Namespace) -> int:
     with runner.run_context(sb.topo, "add-members") as ctx:
         print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
         runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
-        runner.run_playbook(ctx, sb.topo, sb.backend, "add-members.yml",
-                            {"k0s_binary_missing": "warn"})
+        runner.run_playbook(ctx, sb.topo, sb.backend, "add-members.yml", run_vars())
     print(f"sandbox: {len(members)} members started, healthy, hashkv equal, k0s.yaml "
           f"endpoints updated in {time.time() - t0:.0f}s")
     return 0
