@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -109,7 +110,15 @@ def ansible_playbook_bin() -> str:
     return found
 
 
+# ansible-playbook's exit code after SIGINT ("User interrupted execution"); a negative code is
+# a process killed by that signal. Not a failed task: an earlier error it ignored is no reason.
+INTERRUPTED = (99, -signal.SIGINT)
+
+
 def _reason(result_file: Path, what: str, rc: int, log_path: Path) -> str:
+    if rc in INTERRUPTED:
+        return (f"{what} was interrupted (SIGINT, Ctrl-C) before it finished; what it had done "
+                f"stays done: run the command again to carry on (log: {log_path})")
     try:
         data: dict[str, Any] = json.loads(result_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
