@@ -1,6 +1,9 @@
 """scripts/sandbox backup/restore/reset/rotate-certs: bad input fails with one line, exit 2,
-before any playbook runs (no log, no node contacted). The operations themselves are tested
-on real etcd by the Molecule scenarios etcd_backup_restore and etcd_rbac_rotation."""
+before any playbook runs (no log, no node contacted): among it a snapshot without its
+manifest or of another sandbox (without --foreign), a manifest of another file, a restore
+rolling back several tenants without --yes. The operations themselves are tested on real
+etcd by the Molecule scenarios etcd_backup_restore and etcd_rbac_rotation, and through the
+CLI by tests/test_cli_e2e.py."""
 
 from __future__ import annotations
 

@@ -111,12 +111,27 @@ def ansible_playbook_bin() -> str:
 
 
 # ansible-playbook's exit code after SIGINT ("User interrupted execution"); a negative code is
-# a process killed by that signal. Not a failed task: an earlier error it ignored is no reason.
+# a process killed by that signal; a SIGINT at some moments ends it with 250 ("Unexpected
+# Exception") and KeyboardInterrupt in the log's last lines. Not a failed task: an earlier
+# error the run ignored is no reason.
 INTERRUPTED = (99, -signal.SIGINT)
 
 
-def _reason(result_file: Path, what: str, rc: int, log_path: Path) -> str:
+def _interrupted(rc: int, log_path: Path) -> bool:
     if rc in INTERRUPTED:
+        return True
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 8192))
+            tail = fh.read().decode(errors="replace")
+    except OSError:
+        return False
+    return "KeyboardInterrupt" in tail or "User interrupted execution" in tail
+
+
+def _reason(result_file: Path, what: str, rc: int, log_path: Path) -> str:
+    if _interrupted(rc, log_path):
         return (f"{what} was interrupted (SIGINT, Ctrl-C) before it finished; what it had done "
                 f"stays done: run the command again to carry on (log: {log_path})")
     try:
