@@ -112,9 +112,11 @@ def ansible_playbook_bin() -> str:
 
 # ansible-playbook's exit code after SIGINT ("User interrupted execution"); a negative code is
 # a process killed by that signal; a SIGINT at some moments ends it with 250 ("Unexpected
-# Exception") and KeyboardInterrupt in the log's last lines. Not a failed task: an earlier
-# error the run ignored is no reason.
+# Exception": its own SIGINT handler failing, seen with ansible-core 2.19) and the handler or
+# KeyboardInterrupt in the log's last lines. Not a failed task: an earlier error the run
+# ignored is no reason.
 INTERRUPTED = (99, -signal.SIGINT)
+INTERRUPTED_SIGNS = ("User interrupted execution", "KeyboardInterrupt", "in _signal_handler")
 
 
 def _interrupted(rc: int, log_path: Path) -> bool:
@@ -127,7 +129,7 @@ def _interrupted(rc: int, log_path: Path) -> bool:
             tail = fh.read().decode(errors="replace")
     except OSError:
         return False
-    return "KeyboardInterrupt" in tail or "User interrupted execution" in tail
+    return any(sign in tail for sign in INTERRUPTED_SIGNS)
 
 
 def _reason(result_file: Path, what: str, rc: int, log_path: Path) -> str:
