@@ -104,20 +104,22 @@ E2E_SUBNETS = {"default": "10.213.71.0/24", "no-tls": "10.213.72.0/24",
                "multi-tenant": "10.213.73.0/24", "ha": "10.213.74.0/24"}
 
 
-def shipped_copy(name: str, where: Path, offline: bool = True) -> tuple[str, Path, dict[str, Any]]:
-    """A shipped topology renamed e2e-<name> on its own subnet. ``offline``: Debian's etcd
+def shipped_copy(name: str, where: Path, *,
+                 release_fails: bool = False) -> tuple[str, Path, dict[str, Any]]:
+    """A shipped topology renamed e2e-<name> on its own subnet, offline: Debian's etcd
     package instead of the release tarball, the k0s download pointed at a closed loopback
-    port (no k0s binary here: k0s is prepared, its preflight runs, its runtime checks SKIP);
-    without it the copy is the shipped file as users get it (where github.com cannot be
-    reached, `up` and the README's ansible-playbook line fall back by themselves)."""
+    port (no k0s binary here: k0s is prepared, its preflight runs, its runtime checks SKIP).
+    ``release_fails``: the install method stays the default (release), its download pointed at
+    a closed loopback port too, so it fails as it does without a route to github.com (on any
+    host) and falls back to the package as `up` and every day-2 command let it."""
     data = yaml.safe_load((REPO_ROOT / "inventories" / f"{name}.yml").read_text())
     data["name"] = f"e2e-{name}"
     data["networks"] = {"podman": E2E_SUBNETS[name]}
-    if offline:
-        data.setdefault("vars", {}).update({
-            "etcd_install_method": "package",
-            "k0s_download_base_url": "http://127.0.0.1:9/k0s-releases",
-        })
+    data.setdefault("vars", {}).update({
+        "k0s_download_base_url": "http://127.0.0.1:9/k0s-releases",
+        **({"etcd_release_base_url": "http://127.0.0.1:9/etcd-releases"} if release_fails
+           else {"etcd_install_method": "package"}),
+    })
     path = where / f"e2e-{name}.yml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return data["name"], path, data
@@ -144,6 +146,16 @@ def check_verify_report(report: dict[str, Any], data: dict[str, Any], with_api: 
                    for n in passed) == with_api, names
         if not with_api:
             assert any(n.endswith(f"({t['name']}): Kubernetes API") for n in skipped), names
+    # Compaction: the members' own (passed, or skipped while none is due yet), no API
+    # server's compaction error (they do not compact: etcd-compaction-interval 0).
+    members_compact = [c for c in report["checks"]
+                       if c["name"] == "etcd compacts the shared keyspace itself (auto-compaction)"]
+    assert len(members_compact) == 1 and members_compact[0]["ok"], members_compact
+    api_compact = [c for c in report["checks"] if c["name"].endswith(
+        "its API server logs no compaction error (compaction left to etcd)")]
+    assert len(api_compact) == sum(len(t["controllers"]) for t in tenants), names
+    assert all(c["ok"] and (c.get("skipped") is not None) != with_api for c in api_compact), \
+        api_compact
     # Every member serves /metrics and /health without a certificate (etcd_metrics_port).
     for what in ("/metrics", "/health"):
         assert sum(f"{what} served without a certificate" in n for n in passed) == etcd_count, names

@@ -254,7 +254,20 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
                             "(no leading v); nothing was changed")),
     ("etcd_client_port=abc", ("argument 'etcd_client_port' is of type str and we were unable to "
                              "convert to int")),
-], ids=["bool", "unknown", "typo", "list", "version", "int"])
+    # shapes and ranges (plugins/filter/sandbox_inputs.py), before validate_argument_spec,
+    # which would take a list for a str as "a,b"
+    ("etcd_data_dir=[a, b]", ("etcd_data_dir: a list (['a', 'b']) where one path value is "
+                              "expected (it would be used as 'a,b'); give a single value")),
+    ("etcd_package_version=[1,2]", "etcd_package_version: a list ([1, 2]) where one str value"),
+    ("etcd_data_dir=var/lib/etcd", "etcd_data_dir: 'var/lib/etcd' is not an absolute path"),
+    ("etcd_quota_backend_bytes=-5", ("etcd_quota_backend_bytes: -5 is out of range; give a value "
+                                     "from 1 to 8589934592 (etcd's backend quota")),
+    ("etcd_quota_backend_bytes=8589934593", ("etcd_quota_backend_bytes: 8589934593 is out of "
+                                             "range; give a value from 1 to 8589934592")),
+    ("etcd_client_port=70000", "etcd_client_port: 70000 is out of range; give a value from 1 to 65535"),
+    ("k0s_spec_extra=[1]", "k0s_spec_extra: a list ([1]) where a mapping is expected"),
+], ids=["bool", "unknown", "typo", "list", "version", "int", "list-for-path", "list-for-str",
+        "relative-path", "negative-quota", "quota-above-8gib", "port-range", "list-for-dict"])
 def test_bad_set_refused_before_anything_exists(
         tmp_path: Path, write_topology: Callable[..., Path], setting: str, message: str) -> None:
     doc = base_topology()

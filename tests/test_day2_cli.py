@@ -1,10 +1,14 @@
 """scripts/sandbox backup/restore/reset/rotate-certs: bad input fails with one line, exit 2,
-before any playbook runs (no log, no node contacted). The operations themselves are tested
-on real etcd by the Molecule scenarios etcd_backup_restore and etcd_rbac_rotation."""
+before any playbook runs (no log, no node contacted): among it a snapshot without its
+manifest or of another sandbox (without --foreign), a manifest of another file, a restore
+rolling back several tenants without --yes. The operations themselves are tested on real
+etcd by the Molecule scenarios etcd_backup_restore and etcd_rbac_rotation, and through the
+CLI by tests/test_cli_e2e.py."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -157,3 +161,84 @@ def test_remove_member_refuses_a_non_member_and_the_last_one(
     line = _one_line_error(run_sandbox(["remove-member", "-t", str(topo), "e1"], tmp_path))
     assert "removing e1 would leave no etcd member" in line
     assert not (tmp_path / "t-day2-r" / "logs").exists()
+
+
+def _snapshot(tmp_path: Path, name: str = "etcd-x.db", manifest: dict | None = None) -> Path:
+    """A file with a matching .sha256 (and a manifest, when given; its sha256 filled in)."""
+    snap = tmp_path / name
+    snap.write_bytes(b"snapshot bytes")
+    digest = hashlib.sha256(b"snapshot bytes").hexdigest()
+    (tmp_path / f"{name}.sha256").write_text(f"{digest}  {name}\n")
+    if manifest is not None:
+        (tmp_path / f"{name}.manifest.json").write_text(
+            json.dumps({"sha256": digest, **manifest}))
+    return snap
+
+
+def test_restore_without_manifest_needs_foreign(tmp_path: Path,
+                                                write_topology: Callable[..., Path]) -> None:
+    topo = _topology(write_topology, "t-day2-m")
+    res = run_sandbox(["restore", "-t", str(topo), str(_snapshot(tmp_path))], tmp_path)
+    line = _one_line_error(res)
+    assert "etcd-x.db has no manifest (etcd-x.db.manifest.json, written by scripts/sandbox " \
+           "backup): nothing says which cluster it is of" in line
+    assert "it would replace the whole etcd keyspace of sandbox 't-day2-m' (every tenant's " \
+           "data: ta (/ta/); users, roles, auth)" in line
+    assert "--foreign to replace it anyway; nothing was changed" in line
+    assert not (tmp_path / "t-day2-m" / "logs").exists()
+
+
+def test_restore_of_another_sandbox_needs_foreign(tmp_path: Path,
+                                                  write_topology: Callable[..., Path]) -> None:
+    topo = _topology(write_topology, "t-day2-n")
+    snap = _snapshot(tmp_path, manifest={
+        "sandbox": "elsewhere", "cluster_id": "abc123", "members": ["e1", "e2", "e3"],
+        "created": "20260101T000000Z", "revision": 42, "key_count": 7,
+        "auth": {"enabled": False}, "tenants": [{"name": "t", "prefix": "/t/", "key_count": 5}]})
+    line = _one_line_error(run_sandbox(["restore", "-t", str(topo), str(snap)], tmp_path))
+    assert ("etcd-x.db is a snapshot of another sandbox: sandbox elsewhere, etcd cluster abc123 "
+            "(members e1, e2, e3), taken 20260101T000000Z at revision 42: 7 keys; t 5 keys "
+            "under /t/; auth off") in line
+    assert "--foreign to replace it anyway; nothing was changed" in line
+    assert not (tmp_path / "t-day2-n" / "logs").exists()
+
+
+def test_restore_refuses_a_manifest_of_another_file(tmp_path: Path,
+                                                    write_topology: Callable[..., Path]) -> None:
+    topo = _topology(write_topology, "t-day2-o")
+    snap = _snapshot(tmp_path, manifest={"sandbox": "t-day2-o"})
+    (tmp_path / "etcd-x.db.manifest.json").write_text(json.dumps({"sha256": "0" * 64}))
+    for extra in ([], ["--foreign"]):
+        line = _one_line_error(run_sandbox(["restore", "-t", str(topo), str(snap), *extra],
+                                           tmp_path))
+        assert f"etcd-x.db.manifest.json describes a snapshot with sha256 {'0' * 64}" in line
+
+
+def test_restore_with_several_tenants_asks_for_yes(tmp_path: Path,
+                                                   write_topology: Callable[..., Path]) -> None:
+    doc = base_topology()
+    doc["name"] = "t-day2-p"
+    doc["nodes"].append({"name": "c2", "groups": ["k0s_controller"], "host": 22})
+    doc["tenants"].append({"name": "tb", "prefix": "/tb/", "controllers": ["c2"]})
+    topo = write_topology(doc)
+    snap = _snapshot(tmp_path, manifest={"sandbox": "t-day2-p", "cluster_id": "1"})
+    res = run_sandbox(["restore", "-t", str(topo), str(snap)], tmp_path, stdin="")
+    line = _one_line_error(res)
+    assert "restore is cluster-wide: every tenant rolls back to the snapshot: ta (/ta/), " \
+           "tb (/tb/); what they wrote since is lost" in res.stdout
+    assert ("topology 't-day2-p' has 2 tenants (ta (/ta/), tb (/tb/)) and the restore rolls "
+            "every one of them back; give --yes to go on (not asked: standard input is not a "
+            "terminal); nothing was changed") in line
+    assert not (tmp_path / "t-day2-p" / "logs").exists()
+
+
+def test_takeover_of_a_snapshot_without_manifest_needs_foreign(
+        tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    topo = _registry_topology(write_topology, "t-day2-q")
+    snap = tmp_path / "embedded.db"
+    snap.write_bytes(b"snapshot bytes")
+    line = _one_line_error(run_sandbox(["takeover", "-t", str(topo), str(snap), "--tenant", "ta"],
+                                       tmp_path))
+    assert line.startswith("sandbox: error: takeover: embedded.db has no manifest")
+    assert "--foreign to replace it anyway; nothing was changed" in line
+    assert not (tmp_path / "t-day2-q" / "logs").exists()

@@ -87,6 +87,8 @@ def test_bad_config_rejected_with_message(ext: dict[str, Any], message: str) -> 
         (["z/..", "x"], "prefix 'z/..' has a '.', '..' or empty segment"),
         (["a/./b", "x"], "prefix 'a/./b' has a '.', '..' or empty segment"),
         (["a//b", "x"], "prefix 'a//b' has a '.', '..' or empty segment"),
+        (["ténant-ß", "x"], "prefix 'ténant-ß' is not written as Kubernetes names are"),
+        (["x", "UPPER/case"], "prefix 'UPPER/case' is not written as Kubernetes names are"),
     ],
 )
 def test_tenant_prefixes_unique_and_not_nested(prefixes: list[str], fragment: str) -> None:
@@ -101,11 +103,13 @@ def test_tenant_prefixes_unique_and_not_nested(prefixes: list[str], fragment: st
     ("root", "the name 'root' is reserved (etcd's root user"),
     ("etcd-member", "the name 'etcd-member' is reserved (the CN of every etcd member certificate"),
     ("etcd-2", "'etcd-2' is also an etcd member's name"),
+    ("ténant", "(ténant): the name is not written as Kubernetes names are"),
 ])
 def test_tenant_names_that_share_an_identity_are_refused(name: str, fragment: str) -> None:
     tenants = [{"name": name, "prefix": "p", "controllers": ["c1"]}]
     errors = k0s.k0s_tenant_errors(tenants, ["etcd-1", "etcd-2", "etcd-3"])
-    assert any(fragment in e and e.endswith("rename the tenant") for e in errors), errors
+    assert any(fragment in e and e.endswith(("rename the tenant", "e.g. tenant-a"))
+               for e in errors), errors
     assert k0s.k0s_tenant_errors([{"name": "tenant-x", "prefix": "p", "controllers": ["c1"]}],
                                  ["etcd-1"]) == []
 
@@ -359,6 +363,27 @@ def test_each_ha_tenant_gets_its_own_load_balancer_as_external_address(tmp_path:
         assert api[host].get("externalAddress") == want.get(tenant), (host, api[host])
         if tenant in want:
             assert want[tenant] in api[host]["sans"], (host, api[host])
+
+
+@pytest.mark.parametrize("prefix", ["k0s", "/k0s/x.y", "t\u00e9nant", "A", "a_b", "-a", "a-", "k0s-tenant"])
+def test_one_prefix_spelling_rule_for_the_cli_and_the_playbooks(prefix: str) -> None:
+    """Which prefixes are written as Kubernetes names are: the topology (CLI, inventory
+    plugin) and the k0s role's filter (hand-written inventories) agree."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from sandboxlib import topology
+
+    doc = {"plugin": "sandbox_topology", "name": "t-prefix", "networks": {"podman": "10.213.51.0/24"},
+           "nodes": [{"name": "e1", "groups": ["etcd"], "host": 11},
+                     {"name": "c1", "groups": ["k0s_controller"], "host": 21}],
+           "tenants": [{"name": "ta", "prefix": prefix, "controllers": ["c1"]}]}
+    try:
+        topology.parse(doc, Path("t-prefix.yml"))
+        cli_ok = True
+    except topology.TopologyError:
+        cli_ok = False
+    role_ok = k0s.k0s_tenant_errors(doc["tenants"]) == []
+    assert cli_ok == role_ok, (prefix, cli_ok, role_ok)
+    assert cli_ok == (prefix in ("k0s", "/k0s/x.y", "k0s-tenant"))
 
 
 @pytest.mark.parametrize("prefix", ["k0s", "/k0s", "/k0s/", "k0s/", "//a/b//", "registry"])

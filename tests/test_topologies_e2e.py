@@ -63,7 +63,7 @@ def test_shipped_topology_end_to_end(shipped: str, tmp_path: Path) -> None:
         pytest.skip(f"whole-sandbox test needs podman: {reason}")
     block = [c for c in collect() if c.sandbox == shipped]
     assert block, f"README.md has no block marked doc-test: sandbox {shipped}"
-    name, path, data = shipped_copy(shipped, tmp_path, offline=False)
+    name, path, data = shipped_copy(shipped, tmp_path, release_fails=True)
     state = tmp_path / "state"
     topo = ["--topology", str(path)]
     try:

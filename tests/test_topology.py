@@ -86,6 +86,14 @@ BAD: list[tuple[str, Mutator, str]] = [
      "tenants[0] (ta).prefix: spec.storage.etcd.externalCluster.etcdPrefix cannot be empty"),
     ("slash-only prefix", _set("tenants.0.prefix", "/"), "etcdPrefix cannot be empty"),
     ("prefix with a space", _set("tenants.0.prefix", "a b"), "must not contain spaces"),
+    ("unicode prefix", _set("tenants.0.prefix", "ténant-ß"),
+     ("tenants[0] (ta).prefix: 'ténant-ß' is not written as Kubernetes names are ('ténant-ß'): "
+     "use lower-case ASCII letters, digits, '-' and '.'")),
+    ("upper-case prefix segment", _set("tenants.0.prefix", "/k0s/Tenant_A/"),
+     ("tenants[0] (ta).prefix: '/k0s/Tenant_A/' is not written as Kubernetes names are "
+     "('Tenant_A')")),
+    ("unicode tenant name", _set("tenants.0.name", "ténant"),
+     "tenants[0].name: 'ténant' is not a valid tenant name (lower-case letters, digits and '-')"),
     ("same prefix with and without slash",
      _tenants({"name": "ta", "prefix": "k0s-tenant", "controllers": ["c1"]},
               {"name": "tb", "prefix": "/k0s-tenant", "controllers": ["c2"]}),

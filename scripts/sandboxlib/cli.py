@@ -33,6 +33,7 @@ from .context import (
     read_current,
     remember,
     resolve,
+    run_vars,
     target,
 )
 from .topology import BACKENDS, REPO_ROOT, TopologyError
@@ -77,12 +78,12 @@ def role_variables() -> set[str]:
 
 
 def up_extra_vars(args: argparse.Namespace) -> dict[str, Any]:
-    """Variables ``up`` passes to site.yml: the sandbox carries on without a k0s binary
-    (k0s is prepared, not started) and, unless told otherwise, falls back to the
-    distribution's etcd when the release tarball cannot be downloaded. ``--set`` takes the
+    """Variables ``up`` passes to site.yml: context.run_vars (shared with every day-2
+    command: no k0s binary needed, etcd's package when its release cannot be downloaded),
+    then ``--etcd-install`` and ``--set``. ``--set`` takes the
     roles' variables (their types and values are checked by playbooks/validate.yml) and
     PLAYBOOK_VARIABLES; ``--set-unchecked`` any name."""
-    extra: dict[str, Any] = {"k0s_binary_missing": "warn", "etcd_release_fallback": "package"}
+    extra = run_vars()
     if args.etcd_install:
         extra["etcd_install_method"] = args.etcd_install
     known = role_variables() | set(PLAYBOOK_VARIABLES)

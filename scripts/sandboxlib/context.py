@@ -24,6 +24,19 @@ PODMAN_MISSING = ("podman is not installed: apt-get install podman runc netavark
                   "mmdebstrap (scripts/sandbox does it itself when run as root on Debian)")
 
 
+# The settings every command that runs the roles passes (``up`` and every day-2 command): the
+# sandbox carries on where a download cannot be had, as here (no route to github.com): k0s is
+# prepared without a binary (its preflight runs, its start is skipped) and etcd's release
+# falls back to the distribution's package. ONE place, so no command runs the roles offline
+# with less than ``up`` did (rotate-ca once stopped at etcd's failed release download).
+OFFLINE_VARS: dict[str, Any] = {"k0s_binary_missing": "warn", "etcd_release_fallback": "package"}
+
+
+def run_vars(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The variables of a playbook run: OFFLINE_VARS, then the command's own ``extra``."""
+    return {**OFFLINE_VARS, **(extra or {})}
+
+
 class UsageError(Exception):
     """Bad input: printed as one line, exit 2, nothing changed."""
 

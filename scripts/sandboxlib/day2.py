@@ -10,15 +10,14 @@ with an external cluster, so these are the operator's tools. Wired into ``cli.py
 from __future__ import annotations
 
 import argparse
-import hashlib
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import report, runner
-from .context import UsageError, check_owner, need_tool, resolve
+from . import report, runner, snapshot
+from .context import UsageError, check_owner, need_tool, resolve, run_vars
 
 
 def _run(args: argparse.Namespace, command: str, playbook: str,
@@ -29,35 +28,8 @@ def _run(args: argparse.Namespace, command: str, playbook: str,
     t0 = time.time()
     with runner.run_context(sb.topo, command) as ctx:
         print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
-        runner.run_playbook(ctx, sb.topo, sb.backend, playbook, extra)
+        runner.run_playbook(ctx, sb.topo, sb.backend, playbook, run_vars(extra))
     return sb, time.time() - t0
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def check_snapshot(path: Path) -> str:
-    """The snapshot's sha256 when it matches ``<path>.sha256``; else a UsageError."""
-    if not path.is_file():
-        raise UsageError(f"restore: snapshot '{path}' not found; give a file made by "
-                             "scripts/sandbox backup (.sandbox/<name>/backups/etcd-*.db)")
-    sums = path.with_name(path.name + ".sha256")
-    if not sums.is_file():
-        raise UsageError(f"restore: '{sums}' is missing: without the checksum written at "
-                             "backup time the snapshot cannot be checked (write it with "
-                             f"'sha256sum {path.name} > {sums.name}' if you trust the file)")
-    fields = sums.read_text().split()
-    actual = sha256_of(path)
-    if not fields or fields[0] != actual:
-        raise UsageError(f"restore: {path.name} has sha256 {actual} but {sums.name} says "
-                             f"'{fields[0] if fields else ''}': the snapshot is corrupt or not "
-                             "the one backed up; nothing was changed")
-    return actual
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
@@ -70,24 +42,35 @@ def cmd_backup(args: argparse.Namespace) -> int:
     sb, took = _run(args, "backup", "backup.yml", extra)
     out_dir = Path(args.dir).resolve() if args.dir else sb.topo.state_dir / "backups"
     snap = out_dir / f"etcd-{stamp}.db"
+    manifest = snap.with_name(snap.name + snapshot.MANIFEST_SUFFIX)
     print(f"sandbox: backup written in {took:.0f}s: {report.display_path(snap)} "
-          f"(sha256 {sha256_of(snap)}; {snap.stat().st_size} bytes)\n"
+          f"(sha256 {snapshot.sha256_of(snap)}; {snap.stat().st_size} bytes), the manifest "
+          f"(which cluster it is of) in {manifest.name}\n"
           f"    restore it with: scripts/sandbox restore {report.display_path(snap)}")
     return 0
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    sb = resolve(args)
     path = Path(args.file).resolve()
-    digest = check_snapshot(path)
+    digest = snapshot.check_snapshot(path)
+    manifest = snapshot.check_origin(path, digest, sb.topo, args.foreign, "restore")
+    snapshot.confirm_rollback(sb.topo, args.yes, "restore",
+                              foreign=args.foreign and snapshot.foreign_reason(
+                                  manifest, path, sb.topo) != "")
     print(f"sandbox: restoring {report.display_path(path)} (sha256 {digest[:12]}...): "
-          "k0s controllers and every etcd member stop, the snapshot replaces the data",
+          "k0s controllers and every etcd member stop, the snapshot replaces the data, "
+          "etcd RBAC is set as the topology says before the API servers start",
           flush=True)
     extra: dict[str, Any] = {"etcd_restore_file": str(path)}
     if args.keep_old:
         extra["etcd_restore_keep_old"] = True
+    if args.foreign:
+        extra["etcd_restore_foreign"] = True
     _, took = _run(args, "restore", "restore.yml", extra)
     print(f"sandbox: restore finished in {took:.0f}s; cluster healthy, hashkv equal on every "
-          "member (scripts/sandbox etcdctl endpoint status --cluster -w table)")
+          "member, etcd RBAC as the topology says (each tenant denied outside its prefix "
+          "where it is on) (scripts/sandbox etcdctl endpoint status --cluster -w table)")
     return 0
 
 
@@ -148,8 +131,10 @@ def cmd_replace_member(args: argparse.Namespace) -> int:
         raise UsageError(f"replace-member: '{sb.topo.name}' has {len(members)} member(s); "
                              "replacing one needs the others' quorum (3 or more): restore a "
                              "backup instead")
-    _, took = _run(args, "replace-member", "replace-member.yml",
-                   {"etcd_replace_member": args.member})
+    extra: dict[str, Any] = {"etcd_replace_member": args.member}
+    if args.force:
+        extra["etcd_replace_force"] = True
+    _, took = _run(args, "replace-member", "replace-member.yml", extra)
     print(f"sandbox: {args.member} removed, added again and synced in {took:.0f}s")
     return 0
 
@@ -170,8 +155,7 @@ def cmd_add_members(args: argparse.Namespace) -> int:
     with runner.run_context(sb.topo, "add-members") as ctx:
         print(f"    full log: {report.display_path(ctx.log_path)}", flush=True)
         runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
-        runner.run_playbook(ctx, sb.topo, sb.backend, "add-members.yml",
-                            {"k0s_binary_missing": "warn"})
+        runner.run_playbook(ctx, sb.topo, sb.backend, "add-members.yml", run_vars())
     print(f"sandbox: {len(members)} members started, healthy, hashkv equal, k0s.yaml "
           f"endpoints updated in {time.time() - t0:.0f}s")
     return 0
@@ -198,6 +182,12 @@ def check_takeover(args: argparse.Namespace, topo: Any) -> Path:
     if not path.is_file():
         raise UsageError(f"takeover: snapshot '{args.file}' not found; give an etcd "
                              "snapshot of the embedded cluster (etcdctl snapshot save)")
+    sums = path.with_name(path.name + ".sha256")
+    digest = snapshot.sha256_of(path)
+    if sums.is_file() and sums.read_text().split()[:1] != [digest]:
+        raise UsageError(f"takeover: {path.name} has sha256 {digest} but {sums.name} says "
+                         "otherwise: the snapshot is corrupt or not that one; nothing was changed")
+    snapshot.check_origin(path, digest, topo, args.foreign, "takeover")
     return path
 
 
@@ -209,6 +199,8 @@ def cmd_takeover(args: argparse.Namespace) -> int:
           flush=True)
     extra: dict[str, Any] = {"etcd_takeover_file": str(path),
                              "etcd_takeover_tenant": args.tenant}
+    if args.foreign:
+        extra["etcd_restore_foreign"] = True
     if args.replace_all:
         extra["etcd_takeover_replace_all"] = True
     _, took = _run(args, "takeover", "takeover.yml", extra)
@@ -276,6 +268,11 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
                    "beside it)")
     r.add_argument("--keep-old", action="store_true",
                    help="keep each member's old data dir (<data dir>.pre-restore-<time>)")
+    r.add_argument("--foreign", action="store_true",
+                   help="restore a snapshot of another cluster, or one without its manifest "
+                        "(FILE.manifest.json): all of this sandbox's data is replaced")
+    r.add_argument("--yes", action="store_true",
+                   help="with several tenants: go on without asking (every tenant rolls back)")
     z = add("reset", "remove k0s, etcd and certificates from the nodes (or one tenant)",
             cmd_reset)
     z.add_argument("--tenant", metavar="T", help="reset only this tenant: k0s reset on its "
@@ -285,6 +282,8 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
     m = add("replace-member", "re-join a member whose data was lost (member remove/add)",
             cmd_replace_member)
     m.add_argument("member", metavar="MEMBER", help="the etcd member to replace")
+    m.add_argument("--force", action="store_true",
+                   help="replace it even when it is healthy (refused otherwise: its data is there)")
     add("rotate-certs", "re-issue member and client certificates (same CA, no restart)",
         cmd_rotate_certs)
     add("rotate-ca", "new etcd CA with a period trusting both (rolling restarts)",
@@ -309,6 +308,9 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
     t.add_argument("file", metavar="SNAPSHOT", help="etcd snapshot of k0s's embedded etcd")
     t.add_argument("--tenant", metavar="T", required=True,
                    help="the tenant (prefix registry) whose controllers serve it")
+    t.add_argument("--foreign", action="store_true",
+                   help="the snapshot is another cluster's (k0s's embedded etcd: it has no "
+                        "manifest of this sandbox's backups); required for such a snapshot")
     t.add_argument("--replace-all", action="store_true",
                    help="replace the whole keyspace even when it holds keys outside "
                         "/registry/ (other tenants' data)")

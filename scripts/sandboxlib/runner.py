@@ -13,6 +13,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -122,7 +123,32 @@ def ansible_playbook_bin() -> str:
     return found
 
 
+# ansible-playbook's exit code after SIGINT ("User interrupted execution"); a negative code is
+# a process killed by that signal; a SIGINT at some moments ends it with 250 ("Unexpected
+# Exception": its own SIGINT handler failing, seen with ansible-core 2.19) and the handler or
+# KeyboardInterrupt in the log's last lines. Not a failed task: an earlier error the run
+# ignored is no reason.
+INTERRUPTED = (99, -signal.SIGINT)
+INTERRUPTED_SIGNS = ("User interrupted execution", "KeyboardInterrupt", "in _signal_handler")
+
+
+def _interrupted(rc: int, log_path: Path) -> bool:
+    if rc in INTERRUPTED:
+        return True
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 8192))
+            tail = fh.read().decode(errors="replace")
+    except OSError:
+        return False
+    return any(sign in tail for sign in INTERRUPTED_SIGNS)
+
+
 def _reason(result_file: Path, what: str, rc: int, log_path: Path) -> str:
+    if _interrupted(rc, log_path):
+        return (f"{what} was interrupted (SIGINT, Ctrl-C) before it finished; what it had done "
+                f"stays done: run the command again to carry on (log: {log_path})")
     try:
         data: dict[str, Any] = json.loads(result_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -22,6 +22,12 @@ BACKENDS = ("podman", "vagrant")
 KNOWN_GROUPS = ("etcd", "k0s_controller", "lb")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
+# A tenant prefix's segments (between '/') are written as Kubernetes writes resource names
+# (RFC 1123: lower-case ASCII letters, digits, '-' and '.'); the prefix is also an etcd RBAC
+# key range and a path kube-apiserver joins. THE rule in Python; the k0s role's filter
+# (k0s_tenant_errors) applies the same for hand-written inventories.
+PREFIX_SEGMENT_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
+PREFIX_MAX = 253
 # Tenant names that would share an identity: the tenant's client certificate has CN <name>
 # (its etcd user under RBAC) and is written to clients/<name>.{crt,key} by the PKI.
 RESERVED_TENANT_NAMES = {
@@ -201,6 +207,12 @@ def _parse_tenant(i: int, raw: Any, nodes: dict[str, Node]) -> Tenant:
              f"{where}.prefix: '{prefix}' has a '.' or '..' segment; kube-apiserver joins the "
              "prefix as a path ('../t4' is '/t4/', 'z/..' the whole keyspace); write the "
              "prefix without them")
+    bad = [seg for seg in prefix.strip("/").split("/") if not PREFIX_SEGMENT_RE.match(seg)]
+    _require(not bad and len(prefix) <= PREFIX_MAX,
+             f"{where}.prefix: '{prefix}' is not written as Kubernetes names are"
+             f"{' (' + ', '.join(repr(b) for b in bad) + ')' if bad else ''}: use lower-case "
+             "ASCII letters, digits, '-' and '.' between the '/' (at most "
+             f"{PREFIX_MAX} characters), e.g. 'tenant-a'")
     ctrls = raw.get("controllers")
     _require(isinstance(ctrls, list) and bool(ctrls),
              f"{where}.controllers: a tenant needs at least one controller node "

@@ -283,9 +283,18 @@ RESERVED_TENANT_NAMES = {
 }
 
 
+# Tenant names and prefix segments as Kubernetes writes resource names (RFC 1123, lower-case
+# ASCII): the same rule as the CLI's topology (scripts/sandboxlib/topology.py NAME_RE and
+# PREFIX_SEGMENT_RE) for hand-written inventories.
+TENANT_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+PREFIX_SEGMENT_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
+PREFIX_MAX = 253
+
+
 def k0s_tenant_errors(tenants: list[dict[str, Any]], members: list[str] | None = None) -> list[str]:
-    """Tenants need unique names of their own (not reserved, not an etcd member's: ``members``)
-    and prefixes without '.'/'..' segments that neither repeat nor nest."""
+    """Tenants need unique names of their own (not reserved, not an etcd member's: ``members``;
+    lower-case ASCII as Kubernetes names) and prefixes without '.'/'..' segments, written as
+    Kubernetes names are, that neither repeat nor nest."""
     errors: list[str] = []
     seen: list[tuple[str, str]] = []
     for t in tenants or []:
@@ -294,6 +303,10 @@ def k0s_tenant_errors(tenants: list[dict[str, Any]], members: list[str] | None =
         if not name:
             errors.append("k0s_tenants: every tenant needs a name")
             continue
+        if not TENANT_NAME_RE.match(name):
+            errors.append(f"k0s_tenants ({name}): the name is not written as Kubernetes names "
+                          "are (the certificate's CN and etcd user): use lower-case ASCII "
+                          "letters, digits and '-' (at most 63), e.g. tenant-a")
         if name in RESERVED_TENANT_NAMES:
             errors.append(f"k0s_tenants ({name}): the name '{name}' is reserved "
                           f"({RESERVED_TENANT_NAMES[name]}); rename the tenant")
@@ -308,6 +321,12 @@ def k0s_tenant_errors(tenants: list[dict[str, Any]], members: list[str] | None =
             errors.append(f"k0s_tenants ({name}): prefix '{prefix}' has a '.', '..' or empty "
                           "segment; kube-apiserver joins the prefix as a path ('../t4' is '/t4/', "
                           "'z/..' the whole keyspace); write the prefix without them")
+            continue
+        bad = [seg for seg in prefix.strip("/").split("/") if not PREFIX_SEGMENT_RE.match(seg)]
+        if bad or len(prefix) > PREFIX_MAX:
+            errors.append(f"k0s_tenants ({name}): prefix '{prefix}' is not written as Kubernetes "
+                          "names are: use lower-case ASCII letters, digits, '-' and '.' between "
+                          f"the '/' (at most {PREFIX_MAX} characters), e.g. 'tenant-a'")
             continue
         norm = k0s_normalize_prefix(prefix)
         for other_name, other in seen:

@@ -26,6 +26,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import warnings
@@ -122,6 +123,26 @@ def files(dirs: list[str]) -> list[str]:
     return lines
 
 
+def cluster(command: str) -> str:
+    """etcdctl COMMAND -w json; `endpoint hashkv` is asked again (15 s at most) until every
+    member answers the same hash: the members are asked one after the other, and a write or
+    a compaction (the members' own, every retention period) landing between two of them
+    makes the hashes differ for a moment without anything being wrong."""
+    argv = ["etcdctl", *command.split(), "-w", "json"]
+    out = run(argv)
+    deadline = time.monotonic() + 15
+    while "hashkv" in command and time.monotonic() < deadline:
+        try:
+            hashes = {h.get("HashKV", {}).get("hash") for h in json.loads(out)}
+        except (ValueError, AttributeError):
+            hashes = set()
+        if len(hashes) == 1:
+            break
+        time.sleep(0.5)
+        out = run(argv)
+    return out
+
+
 def main() -> int:
     spec = json.loads(base64.b64decode(sys.argv[1]))
     out: dict = {"probes": [], "cluster": [], "settings": []}
@@ -135,7 +156,7 @@ def main() -> int:
                     fh.write(os.environ[var])
                 other[name] = path
         out["probes"] = [probe(p, other) for p in spec.get("probes", [])]
-    out["cluster"] = [run(["etcdctl", *c.split(), "-w", "json"]) for c in spec.get("cluster", [])]
+    out["cluster"] = [cluster(c) for c in spec.get("cluster", [])]
     if spec.get("settings"):
         out["settings"] = settings()
     out["files"] = files(spec.get("files", []))
