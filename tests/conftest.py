@@ -33,6 +33,18 @@ BASE_TOPOLOGY: dict[str, Any] = {
 }
 
 
+def load_k0s_filter(name: str) -> Any:
+    """A filter plugin module of roles/k0s_controller (filter_plugins/<name>.py), imported."""
+    import importlib.util
+
+    path = REPO_ROOT / "roles" / "k0s_controller" / "filter_plugins" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def base_topology() -> dict[str, Any]:
     return json.loads(json.dumps(BASE_TOPOLOGY))
 

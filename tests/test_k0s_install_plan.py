@@ -52,12 +52,26 @@ def test_first_controller_without_k0s_joins_the_one_that_has_it() -> None:
         "bootstrap": "b", "action": "none", "token": False}
 
 
-def test_changed_flags_reinstall_and_only_non_bootstrap_controllers_get_a_token() -> None:
+def test_changed_flags_reinstall_without_a_token_where_the_controller_joined() -> None:
+    """A joined controller keeps its CA: a token in its rewritten unit would only outlive
+    its expiry (fault a of issue 26)."""
     installed = {"a": True, "b": True}
     assert k0s.k0s_install_plan(["a", "b"], installed, "a", False) == {
         "bootstrap": "a", "action": "reinstall", "token": False}
     assert k0s.k0s_install_plan(["a", "b"], installed, "b", False) == {
-        "bootstrap": "a", "action": "reinstall", "token": True}
+        "bootstrap": "a", "action": "reinstall", "token": False}
+
+
+def test_a_controller_that_never_joined_rejoins_with_a_fresh_token() -> None:
+    """Fault a of issue 26: a unit installed with a token whose join failed (no CA here),
+    recorded or not, gets `--force` with a fresh token, never `none`; the bootstrap
+    controller never gets a token (it makes its own CA)."""
+    installed = {"a": True, "b": True}
+    for flags_current in (True, False):
+        assert k0s.k0s_install_plan(["a", "b"], installed, "b", flags_current, False) == {
+            "bootstrap": "a", "action": "rejoin", "token": True}
+    assert k0s.k0s_install_plan(["a", "b"], installed, "a", True, False) == {
+        "bootstrap": "a", "action": "none", "token": False}
 
 
 def test_unknown_state_is_refused_not_guessed() -> None:
@@ -72,8 +86,10 @@ def test_host_outside_its_tenant_is_refused() -> None:
 
 # --- the role's plan.yml, on probe answers -------------------------------------------------
 
-# Tenants, each controller: has the unit?, has a record from the first run?
+# Tenants, each controller: has the unit?, has a record from the first run? (A controller with
+# the unit holds the cluster CA, except in "stuck": see NOT_JOINED.)
 TENANTS: dict[str, dict[str, tuple[bool, bool]]] = {
+    "stuck": {"k1": (True, True), "k2": (True, True)},
     "fresh": {"f1": (False, False), "f2": (False, False)},
     "lost": {"l1": (False, False), "l2": (True, True), "l3": (True, True)},
     "same": {"s1": (True, True), "s2": (True, True)},
@@ -83,6 +99,8 @@ TENANTS: dict[str, dict[str, tuple[bool, bool]]] = {
     "legacy": {"g1": (True, False)},
 }
 UNIT_SHA = "a" * 64
+CA = "/var/lib/k0s/pki/ca.crt"
+NOT_JOINED = {"k2"}  # its join failed (an expired token): unit and record, no CA
 
 
 def _inventory(path: Path, records: dict[str, str], changes: dict[str, dict[str, Any]],
@@ -93,17 +111,21 @@ def _inventory(path: Path, records: dict[str, str], changes: dict[str, dict[str,
     for tenant, controllers in TENANTS.items():
         for name, (has_unit, recorded) in controllers.items():
             probe = {"unit": "yes" if has_unit else "no"}
+            joined = has_unit and name not in NOT_JOINED
             if has_unit:
                 probe[f"file:{UNIT}"] = f"{unit_sha} 644:root:root"
+            if joined:
+                probe[f"file:{CA}"] = f"{'d' * 64} 644:root:root"
             if recorded and name in records:
                 probe[f"file:{STATE}"] = f"{records[name]} 600:root:root"
             hosts[name] = {**unreachable, "node_address": "10.213.98.21", "k0s_tenant": tenant,
                            "k0s_probe": probe, "k0s_unit_installed": has_unit,
-                           **changes.get(name, {})}
+                           "k0s_joined": joined, **changes.get(name, {})}
     if limit_tenant:
         tenants.append({"name": "limited", "prefix": "limited", "controllers": ["m1", "m2"]})
         hosts["m1"] = {**unreachable, "node_address": "10.213.98.31", "k0s_tenant": "limited",
-                       "k0s_probe": {"unit": "no"}, "k0s_unit_installed": False}
+                       "k0s_probe": {"unit": "no"}, "k0s_unit_installed": False,
+                       "k0s_joined": False}
         hosts["m2"] = {**unreachable, "node_address": "10.213.98.32", "k0s_tenant": "limited"}
     inv = {"all": {"vars": {"k0s_tenants": tenants},
                    "children": {"k0s_controller": {"hosts": hosts}}}}
@@ -217,7 +239,7 @@ def test_changed_k0s_enable_worker_reinstalls_with_force(plans: dict[str, Any]) 
     w1, w2 = plans["second"]["w1"], plans["second"]["w2"]
     flags = ["--enable-worker", "--no-taints"]
     assert (w1["action"], w1["command"]) == ("reinstall", BASE_ARGV + flags + ["--force"])
-    assert (w2["action"], w2["command"]) == ("reinstall", BASE_ARGV + flags + TOKEN + ["--force"])
+    assert (w2["action"], w2["command"]) == ("reinstall", BASE_ARGV + flags + ["--force"])
 
 
 def test_changed_extra_flags_reinstall(plans: dict[str, Any]) -> None:
@@ -227,6 +249,15 @@ def test_changed_extra_flags_reinstall(plans: dict[str, Any]) -> None:
 
 def test_unit_changed_since_the_record_reinstalls(plans: dict[str, Any]) -> None:
     assert plans["second"]["u1"]["action"] == "reinstall"
+
+
+def test_stuck_join_rejoins_with_a_fresh_token_and_force(plans: dict[str, Any]) -> None:
+    """Fault a of issue 26, as the role plans it: k2's unit and record match (the role used
+    to record the install before the first start), but k2 never got the CA."""
+    k1, k2 = plans["second"]["k1"], plans["second"]["k2"]
+    assert (k1["bootstrap"], k1["action"]) == ("k1", "none")
+    assert (k2["bootstrap"], k2["action"], k2["command"], k2["token"]) == (
+        "k1", "rejoin", BASE_ARGV + TOKEN + ["--force"], True)
 
 
 def test_unit_without_a_record_is_reinstalled_once(plans: dict[str, Any]) -> None:

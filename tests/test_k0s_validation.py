@@ -3,32 +3,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
+from conftest import load_k0s_filter
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str) -> ModuleType:
-    path = REPO / "roles" / "k0s_controller" / "filter_plugins" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-k0s = _load("k0s_config")
-k0s_install = _load("k0s_install")
+k0s = load_k0s_filter("k0s_config")
+k0s_install = load_k0s_filter("k0s_install")
 TLS = {"caFile": "/etc/k0s/etcd/ca.crt", "clientCertFile": "/etc/k0s/etcd/client.crt",
        "clientKeyFile": "/etc/k0s/etcd/client.key"}
 

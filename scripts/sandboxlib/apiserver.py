@@ -17,11 +17,16 @@ from typing import Any
 
 import yaml
 
+from .context import UsageError
 from .progress import Screen, step
 from .topology import REPO_ROOT, Topology
 
 BUILD = REPO_ROOT / "scripts" / "build-apiserver"
 K0S_DEFAULTS = REPO_ROOT / "roles" / "k0s_controller" / "defaults" / "main.yml"
+K0S_CACHE = REPO_ROOT / ".cache" / "k0s"
+# The project's k0s test double (molecule/shared/k0s-test-double) says this in its first
+# lines; it is for the Molecule scenarios only and never a k0s binary for `up`.
+TEST_DOUBLE_MARKER = b"k0s test double (not k0s)"
 STANDIN_KUBECTL = "/usr/local/bin/kubectl --kubeconfig /etc/crd-apiserver/admin.conf"
 # What `status` shows per controller.
 API_PROBE = (
@@ -48,14 +53,39 @@ def k0s_setting(topo: Topology, extra: dict[str, Any], name: str) -> str:
     return "" if "{{" in value else value
 
 
+def is_test_double(path: Path) -> bool:
+    """Whether ``path`` is the project's k0s test double (its first 4 KiB say so)."""
+    try:
+        with path.open("rb") as fh:
+            return TEST_DOUBLE_MARKER in fh.read(4096)
+    except OSError:
+        return False
+
+
+def refuse_test_double(topo: Topology, extra: dict[str, Any]) -> None:
+    """UsageError when K0S_BINARY / k0s_binary or the cached binary is the k0s test double:
+    `up` and every day-2 command use k0s, or the CRD API server stand-in, never the double."""
+    given = k0s_setting(topo, extra, "k0s_binary") or os.environ.get("K0S_BINARY", "")
+    cached = K0S_CACHE / f"k0s-{k0s_setting(topo, extra, 'k0s_version')}-amd64"
+    if given and is_test_double(Path(given)):
+        raise UsageError(f"K0S_BINARY / k0s_binary: {given} is the project's k0s test double "
+                         "(not k0s), for its Molecule scenarios only; give a real k0s binary "
+                         "or unset it")
+    if not given and is_test_double(cached):
+        raise UsageError(f"{cached} is the project's k0s test double (not k0s), for its Molecule "
+                         "scenarios only; remove it (or put a real k0s binary there)")
+
+
 def k0s_source(topo: Topology, extra: dict[str, Any]) -> str:
     """Where a k0s binary would come from ('' = none): K0S_BINARY / k0s_binary, the cache,
-    or the release URL when it answers within 5 s (then k0s's role downloads it)."""
+    or the release URL when it answers within 5 s (then k0s's role downloads it). The k0s
+    test double is never one: UsageError."""
+    refuse_test_double(topo, extra)
     given = k0s_setting(topo, extra, "k0s_binary") or os.environ.get("K0S_BINARY", "")
     if given:
         return f"k0s binary {given}"
     version = k0s_setting(topo, extra, "k0s_version")
-    cached = REPO_ROOT / ".cache" / "k0s" / f"k0s-{version}-amd64"
+    cached = K0S_CACHE / f"k0s-{version}-amd64"
     if cached.is_file():
         return f"cached k0s {cached}"
     base = k0s_setting(topo, extra, "k0s_download_base_url")

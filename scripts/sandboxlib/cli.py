@@ -132,6 +132,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     extra = up_extra_vars(args)
     if sb.backend == "podman":
         podman_subnet_free(sb.topo)
+    apiserver.refuse_test_double(sb.topo, extra)
     # Every check that needs no node, before anything is created or written (.sandbox/ too).
     runner.validate(sb.topo, sb.backend, extra)
     extra["sandbox_validated"] = True  # site.yml skips its own validate phase

@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 from . import apiserver
 from .context import Failure, UsageError, resolve
-from .topology import REPO_ROOT, Tenant, Topology
+from .topology import Tenant, Topology
 
 KUBECTL_ENV = "SANDBOX_KUBECTL"
 # The stand-in's Kubernetes version (scripts/build-apiserver's K8S_VERSION).
@@ -112,7 +112,9 @@ def standin_kubectl() -> Path | None:
 def cached_k0s(topo: Topology) -> Path | None:
     """The k0s binary the sandbox cached on the control node (roles/k0s_controller)."""
     version = apiserver.k0s_setting(topo, {}, "k0s_version")
-    path = REPO_ROOT / ".cache" / "k0s" / f"k0s-{version}-amd64"
+    path = apiserver.K0S_CACHE / f"k0s-{version}-amd64"
+    if apiserver.is_test_double(path):   # the tests' k0s test double (not k0s): never
+        return None
     return path if os.access(path, os.X_OK) else None
 
 

@@ -45,7 +45,8 @@ class RunContext:
     screen: Screen
 
     def env(self, backend: str, result_file: Path | None = None) -> dict[str, str]:
-        env = dict(os.environ)
+        # Never the k0s test double's permission: only the Molecule scenarios grant it.
+        env = {k: v for k, v in os.environ.items() if k != "K0S_TEST_DOUBLE_ALLOWED"}
         plugins = str(REPO_ROOT / "plugins" / "callback")
         enabled = [c for c in env.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if c]
         env.update(

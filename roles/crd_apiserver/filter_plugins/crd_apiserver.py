@@ -4,8 +4,10 @@ controller's k0s.yaml, systemd quoting, and what a node must hold (checksum, mod
 Mirrors k0s v1.36 pkg/component/controller/apiserver.go: with storage type etcd, k0s gives
 kube-apiserver ``--etcd-servers`` (endpoints joined by ","), ``--etcd-prefix`` (etcdPrefix,
 verbatim) and, when the three TLS files are set, ``--etcd-cafile/--etcd-certfile/
---etcd-keyfile``; it adds them after ``spec.api.extraArgs``, so extraArgs cannot override
-them. Flags k0s does not set (``etcd-compaction-interval``, ...) come from extraArgs.
+--etcd-keyfile``; it adds them after ``spec.api.extraArgs`` (apiserver.go:140-145,
+218-238): for a single-value flag k0s's value wins, and ``--etcd-servers`` is a list flag, so
+an extraArgs value there would be appended to k0s's endpoints (roles/k0s_controller refuses
+it). Flags k0s does not set (``etcd-compaction-interval``, ...) come from extraArgs.
 """
 
 from __future__ import annotations

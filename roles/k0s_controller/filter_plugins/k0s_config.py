@@ -208,6 +208,13 @@ def _api_errors(api: Any) -> list[str]:
                         f"spec.api.sans[{i}]: '{san}' is neither an IP address nor a DNS name "
                         "(k0s: invalid IP address / DNS name); fix or remove it in k0s_spec_extra")
     errors += _string_map("spec.api.extraArgs", api.get("extraArgs"), "kube-apiserver")
+    if isinstance(api.get("extraArgs"), dict) and "etcd-servers" in api["extraArgs"]:
+        errors.append(
+            "spec.api.extraArgs.etcd-servers: k0s adds its own --etcd-servers (the external "
+            "cluster's endpoints) after extraArgs, and --etcd-servers is a list flag, so this "
+            "value would be APPENDED to k0s's endpoints, not override them (k0s v1.36 "
+            "pkg/component/controller/apiserver.go:140-145, 218-238); remove it: the endpoints "
+            "come from the etcd group (or k0s_etcd_endpoints_override)")
     errors += _string_list("spec.api.rawArgs", api.get("rawArgs"))
     if "onlyBindToAddress" in api and not isinstance(api["onlyBindToAddress"], bool):
         errors.append(f"spec.api.onlyBindToAddress: '{api['onlyBindToAddress']}' is not a "

@@ -26,18 +26,48 @@ MANAGED_INSTALL_FLAGS = {
 }
 
 
+# `k0s install controller` flags that break what the sandbox is (k0s v1.36.3+k0s.2).
+REFUSED_INSTALL_FLAGS = {
+    "--single": ("a single-node cluster: k0s defaults storage to kine unless k0s.yaml sets it, "
+                 "runs a worker beside the controller and no other controller joins; the "
+                 "sandbox's tenants share an external etcd and grow by joining (for a worker on "
+                 "the controller set k0s_enable_worker: true)"),
+    "--enable-dynamic-config": ("k0s.yaml changes (all but spec.storage) would then come from "
+                                "the ClusterConfig object in the cluster, so every change the "
+                                "role writes to k0s.yaml would be ignored"),
+    "--status-socket": ("the role's readiness waits run `k0s status`, which asks the default "
+                        "socket: with another one every wait would time out"),
+}
+
+
+def _flag_value(flags: list[str], i: int) -> str:
+    """The value of flags[i]: after '=', else the next list element."""
+    _name, eq, value = flags[i].partition("=")
+    return value if eq else (flags[i + 1] if i + 1 < len(flags) else "")
+
+
 def k0s_install_flag_errors(flags: Any) -> list[str]:
-    """Flags in k0s_install_extra_flags that the role manages itself."""
+    """Flags in k0s_install_extra_flags that the role manages itself, and those that break
+    the sandbox (REFUSED_INSTALL_FLAGS, `--disable-components` naming control-api)."""
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         return ["k0s_install_extra_flags: must be a list of strings, e.g. ['--debug']"]
     errors = []
-    for flag in flags:
+    for i, flag in enumerate(flags):
         name = flag.split("=", 1)[0]
         if name.startswith("-c") and not name.startswith("--"):
             name = "-c"
         if name in MANAGED_INSTALL_FLAGS:
             errors.append(f"k0s_install_extra_flags: '{flag}' is managed by the role "
                           f"({MANAGED_INSTALL_FLAGS[name]}); remove it")
+        elif name in REFUSED_INSTALL_FLAGS:
+            errors.append(f"k0s_install_extra_flags: '{flag}' is refused: "
+                          f"{REFUSED_INSTALL_FLAGS[name]}; remove it")
+        elif name == "--disable-components" and "control-api" in [
+                c.strip() for c in _flag_value(flags, i).split(",")]:
+            errors.append(
+                f"k0s_install_extra_flags: '{flag}' disables control-api, which serves the "
+                "controller join API (9443): no controller could join the tenant; leave "
+                "control-api out of --disable-components")
     return errors
 
 
@@ -65,15 +95,18 @@ def k0s_bootstrap_controller(controllers: list[str], installed: dict[str, Any]) 
 
 
 def k0s_install_plan(controllers: list[str], installed: dict[str, Any], host: str,
-                     flags_current: Any) -> dict[str, Any]:
+                     flags_current: Any, joined: Any = True) -> dict[str, Any]:
     """What `host` does: its tenant's bootstrap controller, and an action:
 
     - bootstrap: k0s is nowhere in the tenant; install without a token (a new cluster).
     - join: no k0s here but the bootstrap has it; install with a token made there.
+    - rejoin: k0s is installed here but never joined (``joined``: the cluster CA,
+      /var/lib/k0s/pki/ca.crt, is not here: its join failed, e.g. on an expired token, and k0s
+      exits at every start): `k0s install controller --force` with a fresh token, then a
+      restart. Never on the bootstrap controller (it makes its own CA).
     - reinstall: k0s is here but was installed with other flags (or the unit was changed
-      since): `k0s install controller --force`, then a rolling restart. A controller other
-      than the bootstrap gets a fresh token as well, so a unit that never joined joins
-      instead of starting a new cluster.
+      since, or the install was never recorded: the role records it once the controller is
+      ready): `k0s install controller --force`, then a rolling restart.
     - none.
     """
     if host not in controllers:
@@ -82,12 +115,13 @@ def k0s_install_plan(controllers: list[str], installed: dict[str, Any], host: st
     bootstrap = k0s_bootstrap_controller(controllers, installed)
     if not _as_bool(f"whether k0s is installed on '{host}'", installed.get(host)):
         action = "bootstrap" if host == bootstrap else "join"
+    elif host != bootstrap and not _as_bool(f"whether '{host}' holds the cluster CA", joined):
+        action = "rejoin"
     elif not _as_bool(f"whether '{host}' was installed with these flags", flags_current):
         action = "reinstall"
     else:
         action = "none"
-    return {"bootstrap": bootstrap, "action": action,
-            "token": action == "join" or (action == "reinstall" and host != bootstrap)}
+    return {"bootstrap": bootstrap, "action": action, "token": action in ("join", "rejoin")}
 
 
 class FilterModule:

@@ -1,0 +1,302 @@
+"""`k0s controller` of the k0s test double (not k0s): PKI (bootstrap or join), the join API,
+Kubernetes' CRD API server run with k0s's flags and credentials. See the `k0s` script."""
+
+import base64
+import gzip
+import http.server
+import json
+import os
+import pwd
+import re
+import secrets
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import ClassVar
+
+from k0s_double_common import (
+    ALLOW,
+    APISERVER_USER,
+    DATA,
+    DEFAULT_CONFIG,
+    DISABLED_ADMISSION,
+    LABEL,
+    MIMICS,
+    NOWHERE,
+    PKI,
+    RUN,
+    RUNTIME_CONFIG,
+    STATUS,
+    TOOLS,
+    api,
+    config_errors,
+    die,
+    etcdctl,
+    external_cluster,
+    flags,
+    load_config,
+    prefix,
+    say,
+    token_problem,
+    yaml_dump,
+)
+
+# --- PKI: bootstrap, join, the API server's certificates ---------------------------------
+
+def openssl(*args: str) -> None:
+    res = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        die(f"openssl {args[0]} failed: {res.stderr.strip()[:300]}")
+
+
+def issue(name: str, subject: str, sans: list[str], eku: str) -> None:
+    key, crt, csr = (PKI / f"{name}.key", PKI / f"{name}.crt", PKI / f"{name}.csr")
+    ext = ["-addext", f"extendedKeyUsage={eku}"] + (
+        ["-addext", "subjectAltName=" + ",".join(sans)] if sans else [])
+    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", str(key), "-out", str(csr), "-subj", subject, *ext)
+    openssl("x509", "-req", "-in", str(csr), "-CA", str(PKI / "ca.crt"), "-CAkey",
+            str(PKI / "ca.key"), "-set_serial", str(secrets.randbits(63)), "-days", "365",
+            "-copy_extensions", "copy", "-out", str(crt))
+    csr.unlink()
+    key.chmod(0o600)
+
+
+def bootstrap_pki() -> None:
+    """A CA and a service-account key pair, each only where none exists
+    (cmd/controller/controller.go:751-762, pkg/certificate/manager.go:56-62)."""
+    if not (PKI / "ca.crt").exists() and not (PKI / "ca.key").exists():
+        say("no CA and no join token: bootstrapping a new cluster CA")
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(PKI / "ca.key"),
+                "-out", str(PKI / "ca.crt"), "-days", "3650", "-subj", "/CN=kubernetes-ca")
+    if not (PKI / "sa.key").exists() and not (PKI / "sa.pub").exists():
+        openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
+                "-out", str(PKI / "sa.key"))
+        openssl("pkey", "-in", str(PKI / "sa.key"), "-pubout", "-out", str(PKI / "sa.pub"))
+
+
+def decode_token(text: str) -> dict:
+    import yaml
+
+    return yaml.safe_load(gzip.decompress(base64.b64decode(text.strip())))
+
+
+def join(token_file: str) -> None:
+    """With --token-file and no CA: the CA and service-account keys from the join API of the
+    controller in the token; an invalid or expired token ends the controller with a non-zero
+    exit (cmd/controller/controller.go:227-237, 784-811)."""
+    try:
+        kubeconfig = decode_token(Path(token_file).read_text())
+        cluster = kubeconfig["clusters"][0]["cluster"]
+        token = kubeconfig["users"][0]["user"]["token"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
+        die(f"cannot read the join token {token_file}: {err}")
+    url = cluster["server"].rstrip("/") + "/v1beta1/ca"
+    ctx = ssl.create_default_context(
+        cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    req = urllib.request.Request(url, data=b"{}", method="POST",
+                                 headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=15) as resp:
+            files = json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        die(f"joining the cluster at {url} failed: HTTP {err.code}: {err.read().decode()[:200]}")
+    except (urllib.error.URLError, OSError) as err:
+        die(f"joining the cluster at {url} failed: {err}")
+    for name, mode in (("ca.crt", 0o644), ("ca.key", 0o600), ("sa.key", 0o600),
+                       ("sa.pub", 0o644)):
+        (PKI / name).write_bytes(base64.b64decode(files[name]))
+        (PKI / name).chmod(mode)
+    say(f"joined the cluster at {url}: its CA and service-account keys written to {PKI}")
+
+
+def apiserver_certificates(config: dict) -> None:
+    """The API server's serving certificate (SANs from spec.api) owned by its user
+    (pkg/certificate/manager.go chowns to the component's user), an admin client certificate
+    and /var/lib/k0s/pki/admin.conf, 0600 root, server https://localhost:<api.port>, or
+    api.address with onlyBindToAddress (pkg/apis/k0s/v1beta1/api.go:70-78,
+    cmd/controller/certificates.go:57,99)."""
+    spec = api(config)
+    names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+             "127.0.0.1", spec["address"], *(spec.get("sans") or [])]
+    if external := str(spec.get("externalAddress") or ""):
+        names.append(external.rsplit(":", 1)[0] if external.count(":") == 1 else external)
+    sans = sorted({("IP:" if re.fullmatch(r"[0-9.]+|[0-9a-fA-F:]*:[0-9a-fA-F:.]*", n)
+                    else "DNS:") + n for n in names})
+    issue("server", "/CN=kube-apiserver", sans, "serverAuth")
+    uid = pwd.getpwnam(APISERVER_USER).pw_uid
+    for name in ("server.crt", "server.key"):
+        os.chown(PKI / name, uid, 0)
+    verify = subprocess.run(["openssl", "verify", "-CAfile", str(PKI / "ca.crt"),
+                             str(PKI / "admin.crt")], capture_output=True, check=False)
+    if verify.returncode != 0:
+        issue("admin", "/O=system:masters/CN=master", [], "clientAuth")
+    host = spec["address"] if spec.get("onlyBindToAddress") else "localhost"
+    b64 = {n: base64.b64encode((PKI / n).read_bytes()).decode()
+           for n in ("ca.crt", "admin.crt", "admin.key")}
+    conf = {"apiVersion": "v1", "kind": "Config", "current-context": "Default",
+            "clusters": [{"name": "local", "cluster": {
+                "server": f"https://{host}:{spec.get('port', 6443)}",
+                "certificate-authority-data": b64["ca.crt"]}}],
+            "users": [{"name": "user", "user": {"client-certificate-data": b64["admin.crt"],
+                                                 "client-key-data": b64["admin.key"]}}],
+            "contexts": [{"name": "Default", "context": {"cluster": "local", "user": "user"}}]}
+    (PKI / "admin.conf").write_text(yaml_dump(conf))
+    (PKI / "admin.conf").chmod(0o600)
+
+
+# --- controller ----------------------------------------------------------------------------
+
+CONTROLLER_VALUES = {"config", "token-file", "data-dir", "status-socket", "disable-components"}
+CONTROLLER_BOOLS = {"enable-worker", "no-taints", "debug", "verbose", "single",
+                    "enable-dynamic-config"}
+
+
+def apiserver_args(config: dict) -> list[str]:
+    """kube-apiserver's flags as k0s derives them: spec.api.extraArgs first, then k0s's etcd
+    flags (pkg/component/controller/apiserver.go:140-145, 218-238): --etcd-servers (a list
+    flag: an extraArgs value is appended to, not replaced by, k0s's endpoints), --etcd-prefix
+    verbatim, and the three TLS files when set (apiserver.go:329-355, prefix 347-349). Only
+    the etcd-* extraArgs are passed: the CRD API server knows no other kube-apiserver flag."""
+    spec, ext = api(config), external_cluster(config)
+    args = [f"--secure-port={spec.get('port', 6443)}",
+            f"--bind-address={spec['address'] if spec.get('onlyBindToAddress') else '0.0.0.0'}",
+            f"--tls-cert-file={PKI / 'server.crt'}", f"--tls-private-key-file={PKI / 'server.key'}",
+            f"--client-ca-file={PKI / 'ca.crt'}", f"--kubeconfig={RUN / 'nowhere.kubeconfig'}",
+            f"--authentication-kubeconfig={RUN / 'nowhere.kubeconfig'}",
+            f"--authorization-kubeconfig={RUN / 'nowhere.kubeconfig'}",
+            "--authentication-skip-lookup", f"--disable-admission-plugins={DISABLED_ADMISSION}"]
+    for name, value in sorted((spec.get("extraArgs") or {}).items()):
+        if name.startswith("etcd-"):
+            args.append(f"--{name}={value}")
+        else:
+            say(f"extraArgs {name} not passed: the CRD API server stand-in does not know it")
+    args.append("--etcd-servers=" + ",".join(ext["endpoints"]))
+    args.append(f"--etcd-prefix={ext['etcdPrefix']}")
+    if ext.get("caFile") and ext.get("clientCertFile") and ext.get("clientKeyFile"):
+        args += [f"--etcd-cafile={ext['caFile']}", f"--etcd-certfile={ext['clientCertFile']}",
+                 f"--etcd-keyfile={ext['clientKeyFile']}"]
+    return args
+
+
+def api_ready(config: dict) -> bool:
+    ctx = ssl.create_default_context(cafile=str(PKI / "ca.crt"))
+    ctx.load_cert_chain(str(PKI / "admin.crt"), str(PKI / "admin.key"))
+    url = f"https://localhost:{api(config).get('port', 6443)}/readyz?exclude=informer-sync"
+    try:
+        with urllib.request.urlopen(url, context=ctx, timeout=5) as resp:
+            return resp.read().decode().strip() == "ok"
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def write_kube_dns_key(config: dict, stop: threading.Event) -> None:
+    """k0s's CoreDNS component creates the kube-dns Service through the API (its key
+    /<prefix>/services/specs/kube-system/kube-dns is what k0s's inttest/externaletcd checks,
+    reference facts). The CRD API server has no Services: the double writes the key itself,
+    once its API server is ready, with a value that says so."""
+    while not stop.wait(1):
+        if api_ready(config):
+            value = json.dumps({"kind": "Service", "apiVersion": "v1", "metadata": {
+                "name": "kube-dns", "namespace": "kube-system",
+                "annotations": {"written-by": LABEL}}})
+            res = etcdctl(config, "put", prefix(config) + "services/specs/kube-system/kube-dns",
+                          value)
+            say("API server ready; kube-dns key written" if res.returncode == 0
+                else f"kube-dns key not written: {res.stderr.strip()}")
+            return
+
+
+class JoinAPI(http.server.BaseHTTPRequestHandler):
+    """The controller join API on k0sApiPort (9443): a valid controller token gets the CA
+    and service-account keys (reference facts: 'the controller join API (9443) hands joining
+    controllers the shared k0s CA'). Tokens are checked against the cluster's storage."""
+
+    config: ClassVar[dict] = {}
+
+    def do_POST(self) -> None:
+        token = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        reason = token_problem(self.config, token) if self.path == "/v1beta1/ca" else "not found"
+        if reason:
+            body, code = reason.encode(), (404 if reason == "not found" else 401)
+        else:
+            body, code = json.dumps({n: base64.b64encode((PKI / n).read_bytes()).decode()
+                                     for n in ("ca.crt", "ca.key", "sa.key", "sa.pub")}).encode(), 200
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt: str, *args: object) -> None:
+        say("join API: " + fmt % args)
+
+
+def controller(argv: list[str]) -> None:
+    if os.environ.get(ALLOW) != "1":
+        die(f"refusing to run a controller: {ALLOW}=1 is not set. This is a test double for the "
+            "project's Molecule scenarios, not k0s; use a real k0s binary", 2)
+    opts = flags(argv, CONTROLLER_VALUES, CONTROLLER_BOOLS, {"c": "config", "d": "debug",
+                                                             "v": "verbose"})
+    for name in ("single", "enable-dynamic-config", "status-socket", "disable-components",
+                 "data-dir", "enable-worker"):
+        if opts.get(name):
+            die(f"--{name} is not implemented by the test double")
+    # k0s.yaml is read once, when the controller starts (cmd/controller/controller.go:463-477).
+    config = load_config(opts.get("config", DEFAULT_CONFIG))
+    if errors := config_errors(config):
+        die("; ".join(errors))
+    for d, mode in ((DATA, 0o755), (PKI, 0o751), (RUN, 0o755)):
+        d.mkdir(parents=True, exist_ok=True)
+        d.chmod(mode)
+    if opts.get("token-file") and not ((PKI / "ca.crt").exists() and (PKI / "ca.key").exists()):
+        join(opts["token-file"])
+    bootstrap_pki()
+    apiserver_certificates(config)
+    (RUN / "nowhere.kubeconfig").write_text(json.dumps(NOWHERE))
+    (RUN / "nowhere.kubeconfig").chmod(0o644)
+    RUNTIME_CONFIG.write_text(json.dumps(config))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    JoinAPI.config = config
+    join_api = http.server.ThreadingHTTPServer(("0.0.0.0", int(api(config).get("k0sApiPort", 9443))),
+                                               JoinAPI)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(str(PKI / "server.crt"), str(PKI / "server.key"))
+    join_api.socket = tls.wrap_socket(join_api.socket, server_side=True)
+    threading.Thread(target=join_api.serve_forever, daemon=True).start()
+    threading.Thread(target=write_kube_dns_key, args=(config, stop), daemon=True).start()
+    binary = TOOLS / "apiextensions-apiserver"
+    proc = None
+    while not stop.is_set():
+        say(f"starting Kubernetes' CRD API server (the stand-in, not kube-apiserver) as uid "
+            f"{APISERVER_USER}, gid 0, no groups: {binary}")
+        # uid kube-apiserver, gid 0, no supplementary groups (pkg/component/controller/
+        # apiserver.go sets only the UID; pkg/supervisor/detachattr_unix.go:
+        # Credential{Uid: uid, Gid: gid} with gid 0).
+        proc = subprocess.Popen([str(binary), *apiserver_args(config)],
+                                user=pwd.getpwnam(APISERVER_USER).pw_uid, group=0, extra_groups=[])
+        STATUS.write_text(json.dumps({"pid": os.getpid(), "apiserver_pid": proc.pid,
+                                      "version": f"{MIMICS}-test-double", "label": LABEL,
+                                      "args": sys.argv[1:]}))
+        while proc.poll() is None and not stop.wait(1):
+            pass
+        if not stop.is_set():  # k0s's supervisor restarts a component that exited
+            say(f"the API server exited ({proc.returncode}); restarting it in 2 s")
+            stop.wait(2)
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    join_api.shutdown()
+    STATUS.unlink(missing_ok=True)
+    say("stopped")
+
+

@@ -1,0 +1,167 @@
+"""Faults a-e of issue 26 where they are input checks (roles/k0s_controller's filters and
+validate.yml, before any node changes). Their end-to-end tests, on running controllers, are in
+molecule/k0s_controller (verify-changes.yml: a, b; verify-takeover.yml: c, d).
+
+a) a joined controller's unit never keeps a join token: tests/test_k0s_install_plan.py.
+b) a prefix or endpoint change where k0s runs is refused, naming the way forward.
+c) a tenant's first start over a prefix holding data is refused unless it is a takeover.
+d) a takeover's old CA and service-account keys must all be there.
+e) install flags that break the sandbox, and extraArgs etcd-servers, are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import load_k0s_filter
+
+REPO = Path(__file__).resolve().parents[1]
+DOUBLE = REPO / "molecule" / "shared" / "k0s-test-double" / "k0s"
+
+
+guard = load_k0s_filter("k0s_guard")
+install = load_k0s_filter("k0s_install")
+config = load_k0s_filter("k0s_config")
+
+
+def _cfg(prefix: str, endpoints: list[str]) -> dict[str, Any]:
+    return {"spec": {"storage": {"type": "etcd", "etcd": {"externalCluster": {
+        "endpoints": endpoints, "etcdPrefix": prefix}}}}}
+
+
+EPS = ["https://10.0.0.11:2379", "https://10.0.0.12:2379", "https://10.0.0.13:2379"]
+
+
+# --- b ---------------------------------------------------------------------------------------
+
+def test_b_prefix_change_where_k0s_runs_is_refused_naming_the_reset() -> None:
+    errors = guard.k0s_storage_change_errors(_cfg("t", EPS), _cfg("t2", EPS), "c1", "t")
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("c1: k0s_tenants (t).prefix: k0s runs here on /t/ and the "
+                                "inventory now says /t2/.")
+    assert "Nothing was changed" in errors[0]
+    assert "scripts/sandbox reset --tenant t" in errors[0]
+
+
+def test_b_endpoint_change_is_refused_unless_add_or_remove_member_changes_them() -> None:
+    errors = guard.k0s_storage_change_errors(_cfg("t", EPS), _cfg("t", EPS[:1]), "c1", "t")
+    assert len(errors) == 1 and "scripts/sandbox add-members / remove-member" in errors[0], errors
+    assert guard.k0s_storage_change_errors(_cfg("t", EPS), _cfg("t", EPS[:1]), "c1", "t",
+                                           True) == []
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (_cfg("t", EPS), _cfg("/t/", EPS)),              # one prefix to kube-apiserver
+    (_cfg("t", EPS), _cfg("t", EPS[::-1])),          # the same endpoints, another order
+    ({}, _cfg("other", EPS[:1])),                   # k0s not installed: nothing to compare
+])
+def test_b_what_is_no_change(old: dict[str, Any], new: dict[str, Any]) -> None:
+    assert guard.k0s_storage_change_errors(old, new, "c1", "t") == []
+
+
+# --- c, d ------------------------------------------------------------------------------------
+
+def test_c_first_start_over_data_is_refused_unless_takeover() -> None:
+    errors = guard.k0s_first_start_errors(7, "t", "t", False)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("k0s_tenants (t): etcd already holds 7 key(s) under /t/ and no "
+                                "controller of the tenant has k0s")
+    assert "set k0s_takeover: true" in errors[0] and "k0s_takeover_pki_dir" in errors[0]
+    assert guard.k0s_first_start_errors(7, "t", "t", True) == []
+    assert guard.k0s_first_start_errors(0, "t", "t", False) == []
+
+
+def test_d_takeover_keys_must_all_be_there() -> None:
+    assert guard.k0s_takeover_pki_errors("/old", ["ca.crt", "ca.key", "sa.key", "sa.pub"]) == []
+    errors = guard.k0s_takeover_pki_errors("/old", ["ca.crt", "sa.pub"])
+    assert errors == [("k0s_takeover_pki_dir: /old lacks ca.key, sa.key; copy ca.crt, ca.key, "
+                      "sa.key and sa.pub from the old controller's /var/lib/k0s/pki there (or "
+                      "unset it)")]
+    assert guard.k0s_takeover_pki_errors("", []) == []
+
+
+# --- e ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("flags", "fragment"), [
+    (["--single"], "'--single' is refused: a single-node cluster"),
+    (["--enable-dynamic-config"],
+     ("'--enable-dynamic-config' is refused: k0s.yaml changes (all but spec.storage) would then "
+     "come from the ClusterConfig object")),
+    (["--status-socket=/run/x.sock"], ("'--status-socket=/run/x.sock' is refused: the role's "
+                                      "readiness waits run `k0s status`")),
+    (["--status-socket", "/run/x.sock"], "'--status-socket' is refused"),
+    (["--disable-components=control-api"], ("disables control-api, which serves the controller "
+                                           "join API (9443)")),
+    (["--disable-components", "konnectivity-server,control-api"], "disables control-api"),
+])
+def test_e_install_flags_that_break_the_sandbox_are_refused(flags: list[str],
+                                                            fragment: str) -> None:
+    errors = install.k0s_install_flag_errors(flags)
+    assert len(errors) == 1 and fragment in errors[0], errors
+    assert errors[0].endswith("remove it") or "leave control-api out" in errors[0]
+
+
+def test_e_other_disabled_components_pass() -> None:
+    assert install.k0s_install_flag_errors(["--disable-components=konnectivity-server"]) == []
+    assert install.k0s_install_flag_errors(["--disable-components", "metrics-server"]) == []
+
+
+def test_e_extra_args_etcd_servers_is_refused_as_appended_not_overriding() -> None:
+    cfg = {"spec": {"api": {"address": "10.0.0.21", "extraArgs": {
+        "etcd-servers": "https://10.9.9.9:2379", "etcd-compaction-interval": "0"}}}}
+    errors = config.k0s_spec_errors(cfg)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("spec.api.extraArgs.etcd-servers: k0s adds its own "
+                                "--etcd-servers")
+    assert "APPENDED to k0s's endpoints, not override them" in errors[0]
+
+
+# --- the same refusals through playbooks/validate.yml, before any node ----------------------
+
+def _validate(tmp_path: Path, extra: dict[str, Any],
+              env: dict[str, str] | None = None) -> tuple[int, str]:
+    unreachable = {"ansible_host": "127.0.0.1", "ansible_port": 1}
+    inv = {"all": {"vars": {"etcd_tls": True, "k0s_tenants": [
+        {"name": "a", "prefix": "a", "controllers": ["c1"]}], **extra},
+        "children": {"etcd": {"hosts": {"e1": {**unreachable, "node_address": "10.213.98.11"}}},
+                     "k0s_controller": {"hosts": {"c1": {**unreachable, "node_address": "10.213.98.21",
+                                                         "k0s_tenant": "a"}}}}}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
+    full_env = {k: v for k, v in os.environ.items() if k != "K0S_TEST_DOUBLE_ALLOWED"}
+    full_env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", **(env or {}))
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
+                          str(tmp_path / "inventory.yml"), str(REPO / "playbooks" / "validate.yml"),
+                          "-e", json.dumps({"pki_dir": str(tmp_path / "pki")})],
+                         capture_output=True, text=True, env=full_env, timeout=300, check=False)
+    output = " ".join((res.stdout + res.stderr).split())
+    assert "UNREACHABLE" not in output
+    return res.returncode, output
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"k0s_install_extra_flags": ["--single"]}, "k0s_install_extra_flags: '--single' is refused"),
+    ({"k0s_install_extra_flags": ["--disable-components=control-api"]}, "disables control-api"),
+    ({"k0s_spec_extra": {"api": {"extraArgs": {"etcd-servers": "https://10.9.9.9:2379"}}}},
+     "c1: spec.api.extraArgs.etcd-servers: k0s adds its own --etcd-servers"),
+    ({"k0s_join_token_expiry": "soon"}, "k0s_join_token_expiry: 'soon' is not a duration"),
+    ({"k0s_takeover_pki_dir": "/nonexistent/old-pki"},
+     "k0s_takeover_pki_dir: /nonexistent/old-pki lacks ca.crt, ca.key, sa.key, sa.pub"),
+    ({"k0s_binary": str(DOUBLE)}, (f"K0S_BINARY / k0s_binary: '{DOUBLE}' is the project's k0s "
+                                  "test double (not k0s)")),
+], ids=["single", "control-api", "etcd-servers", "token-expiry", "takeover-pki", "test-double"])
+def test_refused_by_validate_before_any_node(tmp_path: Path, extra: dict[str, Any],
+                                             message: str) -> None:
+    rc, output = _validate(tmp_path, extra)
+    assert rc != 0 and message in output, output
+
+
+def test_the_tests_own_variable_lets_the_double_through_validate(tmp_path: Path) -> None:
+    rc, output = _validate(tmp_path, {"k0s_binary": str(DOUBLE)}, {"K0S_TEST_DOUBLE_ALLOWED": "1"})
+    assert rc == 0, output
