@@ -51,18 +51,15 @@ PYTEST_STAGES: list[tuple[str, list[str]]] = [
     ("pytest vagrant-e2e", ["pytest", VAGRANT_E2E]),
 ]
 
-# Seconds each heavy stage took in CI's run of .ci/run with two at a time (2026-12-01,
-# docs/performance.md; the four scenarios that grew with etcd's lifecycle on 2026-12-02, two
-# at a time here; k0s_controller with the k0s test double's whole k0s path, issue 26, an
-# estimate from 660 s measured on a host loaded by other runs): the pool starts the longest first so that the two lanes end close
-# together. Unknown stages count 300.
+# Seconds each heavy stage took in a clean-clone run of .ci/run with two at a time
+# (2026-12-02 evening, docs/performance.md): the pool starts the longest first so that the
+# two lanes end close together. Unknown stages count 300.
 EXPECTED_SECONDS: dict[str, int] = {
-    "pytest vagrant-e2e": 775, "molecule etcd_grow_takeover": 575, "pytest": 527,
-    "molecule etcd_rbac_rotation": 498, "molecule crd_apiserver": 450,
-    "molecule etcd_backup_restore": 244, "molecule etcd": 230, "molecule pki": 177,
-    "molecule k0s_tenants": 174, "molecule k0s_tenants_plain": 163,
-    "molecule k0s_controller": 480, "ansible-lint": 110, "molecule etcd_release": 92,
-    "molecule lb": 76,
+    "pytest": 870, "molecule k0s_controller": 480, "molecule crd_apiserver": 435,
+    "pytest vagrant-e2e": 410, "molecule etcd_rbac_rotation": 345,
+    "molecule etcd_grow_takeover": 325, "molecule etcd": 280, "molecule etcd_backup_restore": 245,
+    "molecule pki": 170, "ansible-lint": 160, "molecule k0s_tenants": 155,
+    "molecule k0s_tenants_plain": 145, "molecule etcd_release": 115, "molecule lb": 60,
 }
 
 
