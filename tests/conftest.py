@@ -33,16 +33,22 @@ BASE_TOPOLOGY: dict[str, Any] = {
 }
 
 
-def load_k0s_filter(name: str) -> Any:
-    """A filter plugin module of roles/k0s_controller (filter_plugins/<name>.py), imported."""
+def load_plugin(relative: str) -> Any:
+    """A plugin file of the repository (``plugins/filter/sandbox_probe.py``), imported as a
+    module of its own name, as Ansible loads it."""
     import importlib.util
 
-    path = REPO_ROOT / "roles" / "k0s_controller" / "filter_plugins" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
+    path = REPO_ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_k0s_filter(name: str) -> Any:
+    """A filter plugin module of roles/k0s_controller (filter_plugins/<name>.py), imported."""
+    return load_plugin(f"roles/k0s_controller/filter_plugins/{name}.py")
 
 
 def base_topology() -> dict[str, Any]:

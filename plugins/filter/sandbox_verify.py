@@ -44,7 +44,8 @@ def sandbox_file_checks(lines: list[str], host: str) -> list[Check]:
 
 def sandbox_cluster_checks(outputs: list[str], members: list[str]) -> list[Check]:
     """outputs: etcdctl -w json of endpoint health --cluster, member list, endpoint status
-    --cluster, endpoint hashkv --cluster and (optional) alarm list (in that order)."""
+    --cluster, endpoint hashkv (at one revision: sandbox_etcd data_equal) and (optional) alarm
+    list (in that order)."""
     health = _loads(outputs[0], [])
     listed = _loads(outputs[1], {}).get("members", [])
     status = _loads(outputs[2], [])
