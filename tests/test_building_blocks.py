@@ -73,3 +73,22 @@ def test_the_scan_sees_tasks() -> None:
     assert any(t.get("name") == "Wait until every member holds the same data (hashkv at one revision)"
                for t in tasks)
     assert len(yaml_files()) > 100
+
+
+# The test double of k0s copies kube-apiserver's own normalisation (it stands in for it).
+PREFIX_RULE_HOME = {"scripts/sandboxlib/tenants.py",
+                    "molecule/shared/k0s-test-double/k0s_double_common.py"}
+
+
+def test_the_tenant_rules_live_in_one_module() -> None:
+    copies = []
+    for path in sorted(REPO.glob("**/*.py")):
+        rel = str(path.relative_to(REPO))
+        if rel.startswith((".venv", "tests/")) or rel in PREFIX_RULE_HOME:
+            continue
+        text = path.read_text(encoding="utf-8")
+        if re.search(r"""strip\(["']/["']\) \+ ["']/["']|RESERVED_TENANT_NAMES = """, text):
+            copies.append(rel)
+    assert copies == [], "import scripts/sandboxlib/tenants.py instead"
+    users = [str(p.relative_to(REPO)) for p in yaml_files() if "k0s_normalize_prefix" in p.read_text()]
+    assert users == [], "read the tenant's key_prefix (the inventory normalised it once)"

@@ -137,7 +137,7 @@ def test_inventory_json(backend: str, tmp_path: Path,
     assert data["vars"]["sandbox_backend"] == backend
     assert data["vars"]["sandbox_state_dir"] == str(tmp_path / "t-cli-inv")
     assert data["vars"]["k0s_tenants"] == [{"name": "ta", "prefix": "ta",
-                                            "controllers": ["c1"]}]
+                                            "controllers": ["c1"], "key_prefix": "/ta/"}]
     assert not (tmp_path / "current").exists(), "inventory must not change the current sandbox"
 
 

@@ -107,7 +107,8 @@ def _inventory(path: Path, records: dict[str, str], changes: dict[str, dict[str,
                unit_sha: str, limit_tenant: bool) -> Path:
     unreachable = {"ansible_host": "127.0.0.1", "ansible_port": 1}
     hosts: dict[str, Any] = {}
-    tenants = [{"name": t, "prefix": t, "controllers": list(cs)} for t, cs in TENANTS.items()]
+    tenants = [{"name": t, "prefix": t, "controllers": list(cs), "key_prefix": f"/{t}/"}
+               for t, cs in TENANTS.items()]
     for tenant, controllers in TENANTS.items():
         for name, (has_unit, recorded) in controllers.items():
             probe = {"unit": "yes" if has_unit else "no"}
@@ -122,7 +123,8 @@ def _inventory(path: Path, records: dict[str, str], changes: dict[str, dict[str,
                            "k0s_probe": probe, "k0s_unit_installed": has_unit,
                            "k0s_joined": joined, **changes.get(name, {})}
     if limit_tenant:
-        tenants.append({"name": "limited", "prefix": "limited", "controllers": ["m1", "m2"]})
+        tenants.append({"name": "limited", "prefix": "limited", "controllers": ["m1", "m2"],
+                        "key_prefix": "/limited/"})
         hosts["m1"] = {**unreachable, "node_address": "10.213.98.31", "k0s_tenant": "limited",
                        "k0s_probe": {"unit": "no"}, "k0s_unit_installed": False,
                        "k0s_joined": False}
