@@ -100,11 +100,6 @@ def test_systemd_quote() -> None:
     assert crd.crd_apiserver_systemd_quote('--etcd-prefix=/a b"%') == '"--etcd-prefix=/a b\\"%%"'
 
 
-def test_expiring(tmp_path: Path) -> None:
-    assert crd.crd_apiserver_expiring([str(tmp_path / "missing.crt")], 30) == [
-        str(tmp_path / "missing.crt")]
-
-
 def test_up_vars_off_and_k0s_available(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from sandboxlib import apiserver
     from sandboxlib.progress import Screen
