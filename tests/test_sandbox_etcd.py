@@ -10,7 +10,6 @@ learner promoted.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import load_plugin
+from conftest import load_plugin, run_module
 
 REPO = Path(__file__).resolve().parents[1]
 ANSIBLE = Path(sys.executable).parent / "ansible"
@@ -159,15 +158,7 @@ class Cluster:
 
     def op(self, **params: Any) -> dict[str, Any]:
         """The module run by Ansible on this host, as the roles run it."""
-        env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-               "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-               "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
-        res = subprocess.run([str(ANSIBLE), "localhost", "-c", "local", "-i", "localhost,",
-                              "-e", f"ansible_python_interpreter={sys.executable}",
-                              "-m", "sandbox_etcd",
-                              "-a", json.dumps({"etcdctl": str(self.wrapper), **params})],
-                             cwd=REPO, env=env, capture_output=True, text=True, check=False)
-        return json.loads(res.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+        return run_module("sandbox_etcd", {"etcdctl": str(self.wrapper), **params})[0]
 
 
 @pytest.fixture(scope="module")

@@ -5,15 +5,13 @@ wants (a file as the role describes it is not stale; one changed in content, mod
 from __future__ import annotations
 
 import grp
-import json
 import os
 import pwd
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import load_plugin
+from conftest import load_plugin, run_module
 
 REPO = Path(__file__).resolve().parents[1]
 ANSIBLE = Path(sys.executable).parent / "ansible"
@@ -21,13 +19,7 @@ want = load_plugin("plugins/filter/sandbox_probe.py")
 
 
 def probe(**args: Any) -> dict[str, str]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
-    res = subprocess.run([str(ANSIBLE), "localhost", "-c", "local", "-i", "localhost,",
-                          "-e", f"ansible_python_interpreter={sys.executable}",
-                          "-m", "sandbox_probe", "-a", json.dumps(args)],
-                         cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    host = json.loads(res.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    host = run_module("sandbox_probe", args)[0]
     assert not host.get("failed") and host["changed"] is False, host
     return host["probe"]
 

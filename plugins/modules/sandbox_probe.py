@@ -13,7 +13,6 @@ the role wants is plugins/filter/sandbox_probe.py's (``probe | probe_differs(ent
 from __future__ import annotations
 
 import grp
-import hashlib
 import os
 import pwd
 import stat
@@ -56,7 +55,7 @@ def _name(lookup: object, ident: int) -> str:
         return str(ident)
 
 
-def path_line(path: str) -> str | None:
+def path_line(module: AnsibleModule, path: str) -> str | None:
     """``<sha256> <mode>:<owner>:<group>`` of a file, ``dir ...`` of a directory, None when
     the path does not exist (a symlink is followed, as sha256sum and stat -L would)."""
     try:
@@ -67,14 +66,8 @@ def path_line(path: str) -> str | None:
              f"{_name(grp.getgrgid, st.st_gid)}")
     if stat.S_ISDIR(st.st_mode):
         return f"dir {attrs}"
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-    except OSError:
-        return None
-    return f"{digest.hexdigest()} {attrs}"
+    digest = module.sha256(path) if stat.S_ISREG(st.st_mode) else None
+    return f"{digest} {attrs}" if digest else None
 
 
 def script_facts(output: str) -> dict[str, str]:
@@ -99,7 +92,7 @@ def main() -> None:
                               text=True, check=False)
         probe.update(script_facts(done.stdout))
     for path in module.params["paths"]:
-        line = path_line(path)
+        line = path_line(module, path)
         if line is not None:
             probe[f"file:{path}"] = line
     module.exit_json(changed=False, probe=probe)
