@@ -92,3 +92,16 @@ def test_the_tenant_rules_live_in_one_module() -> None:
     assert copies == [], "import scripts/sandboxlib/tenants.py instead"
     users = [str(p.relative_to(REPO)) for p in yaml_files() if "k0s_normalize_prefix" in p.read_text()]
     assert users == [], "read the tenant's key_prefix (the inventory normalised it once)"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "plugins" / "modules").glob("*.py")),
+                         ids=lambda p: p.stem)
+def test_module_documentation_is_yaml(path: Path) -> None:
+    """ansible-doc and ansible-lint read DOCUMENTATION and RETURN as YAML."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    docs = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+            for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value, ast.Constant)}
+    assert yaml.safe_load(docs["DOCUMENTATION"])["module"] == path.stem
+    assert isinstance(yaml.safe_load(docs["RETURN"]), dict)

@@ -36,8 +36,8 @@ description:
   - O(op=healthy) waits until C(endpoint health) passes on every URL of O(endpoints), every
     member of O(members) and, with O(cluster), on the whole cluster.
   - O(op=data_equal) waits until the members (O(endpoints), O(members), else the whole cluster)
-    report the same C(hashkv) at ONE revision (the lowest any of them has applied): at the
-    head revision the hashes differ under writes without anything being wrong.
+    report the same C(hashkv) at ONE revision, the lowest any of them has applied (at the
+    head revision the hashes differ under writes without anything being wrong).
   - O(op=promote) promotes the learner with peer URL O(peer_url) once etcd says it is in sync,
     asking the leader's own endpoint (a follower forwards without the caller's credentials).
   - With O(require=false) a wait that ends at its deadline returns C(ok=false) instead of failing.
