@@ -4,28 +4,18 @@ of API (stand-in or k0s) and its verify table."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import load_plugin
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load() -> ModuleType:
-    path = REPO / "roles" / "crd_apiserver" / "filter_plugins" / "crd_apiserver.py"
-    spec = importlib.util.spec_from_file_location("crd_apiserver", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-crd = _load()
+crd = load_plugin("roles/crd_apiserver/filter_plugins/crd_apiserver.py")
 TLS = {"caFile": "/etc/k0s/etcd/ca.crt", "clientCertFile": "/etc/k0s/etcd/client.crt",
        "clientKeyFile": "/etc/k0s/etcd/client.key"}
 

@@ -9,7 +9,6 @@ given as host variables, and the test checks the decisions and the exact argv.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,13 +18,10 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import load_k0s_filter
 
 REPO = Path(__file__).resolve().parents[1]
-_PLUGIN = REPO / "roles" / "k0s_controller" / "filter_plugins" / "k0s_install.py"
-_SPEC = importlib.util.spec_from_file_location("k0s_install", _PLUGIN)
-assert _SPEC and _SPEC.loader
-k0s = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(k0s)
+k0s = load_k0s_filter("k0s_install")
 UNIT = "/etc/systemd/system/k0scontroller.service"
 STATE = "/etc/k0s/install-state.json"
 BASE_ARGV = ["/usr/local/bin/k0s", "install", "controller", "-c", "/etc/k0s/k0s.yaml"]

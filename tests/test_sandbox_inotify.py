@@ -5,7 +5,6 @@ runs it."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -13,19 +12,14 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import run_module
+from conftest import load_plugin, run_module
 
 REPO = Path(__file__).resolve().parents[1]
 ANSIBLE = Path(sys.executable).parent / "ansible"
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "sandbox_inotify", REPO / "plugins" / "modules" / "sandbox_inotify.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_plugin("plugins/modules/sandbox_inotify.py")
 
 
 def fake_proc(root: Path, limit: int, fds: dict[str, list[str]]) -> Path:
