@@ -128,9 +128,11 @@ class Cluster:
         self.peer = {n: f"http://127.0.0.1:{ports[2 * i + 1]}" for i, n in enumerate(names)}
         self.spare = ports[-2:]
         self.wrapper = tmp / "etcdctl"
+        # Like roles/etcd's wrapper: the endpoints preset unless the caller passes its own.
         self.wrapper.write_text(
             "#!/bin/sh\nexport ETCDCTL_API=3\n"
-            f"export ETCDCTL_ENDPOINTS={','.join(self.client.values())}\n"
+            'case " $* " in *" --endpoints="*) ;; *) '
+            f"export ETCDCTL_ENDPOINTS={','.join(self.client.values())} ;; esac\n"
             f'exec {bindir / "etcdctl"} --dial-timeout=1s "$@"\n')
         self.wrapper.chmod(0o755)
         initial = ",".join(f"{n}={self.peer[n]}" for n in names)
@@ -243,7 +245,16 @@ def test_healthy_fails_at_its_deadline_with_a_member_down(cluster: Cluster) -> N
 def test_promote_a_learner_once_it_is_in_sync(cluster: Cluster) -> None:
     name, client, peer = "m4", *(f"http://127.0.0.1:{p}" for p in cluster.spare)
     cluster.client[name], cluster.peer[name] = client, peer
-    cluster.etcdctl("member", "add", name, f"--peer-urls={peer}", "--learner")
+    # etcd refuses `member add` ("unhealthy cluster") until every voting member has been
+    # connected for its health interval (5 s): m3 restarted just before.
+    deadline = time.monotonic() + 30
+    while True:
+        added = subprocess.run([str(cluster.wrapper), "member", "add", name, f"--peer-urls={peer}",
+                                "--learner"], capture_output=True, text=True, check=False)
+        if added.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert added.returncode == 0, added.stderr
     initial = ",".join(f"{n}={cluster.peer[n]}" for n in ("m1", "m2", "m3", "m4"))
     cluster.start(name, initial, "existing")
     res = cluster.op(op="promote", peer_url=peer, timeout=60)

@@ -283,13 +283,13 @@ def op_data_equal(etcd: Etcd, p: dict[str, Any]) -> dict[str, Any]:
         urls = list(p["endpoints"]) + (etcd.resolve(view, p["members"]) if p["members"] else [])
         ask = [f"--endpoints={','.join(urls)}"] if urls else ["--cluster"]
         count = p["count"] or len(urls) or len(view)
-        rc, out, err = etcd.run(*ask, "endpoint", "status", "-w", "json")
+        rc, out, err = etcd.run("endpoint", "status", *ask, "-w", "json")
         revisions = [int(s["Status"]["header"]["revision"]) for s in parse_json(out, [])]
         if not revisions:
             return False, {"revision": 0, "hashkv": [], "detail": err.strip() or "no status"}
         # The lowest revision any of them has applied: every member can hash it.
         rev = min(revisions)
-        rc, out, err = etcd.run(*ask, "endpoint", "hashkv", f"--rev={rev}", "-w", "json")
+        rc, out, err = etcd.run("endpoint", "hashkv", *ask, f"--rev={rev}", "-w", "json")
         hashkv = parse_json(out, [])
         ok, detail = hashes_agree(hashkv, count)
         if rc != 0:
