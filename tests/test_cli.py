@@ -53,12 +53,12 @@ def test_unknown_backend(tmp_path: Path, write_topology: Callable[..., Path]) ->
     (lambda d: d["nodes"][0].update(groups=[]), "every node needs at least one group"),
     (lambda d: d["nodes"][1].update(host=11), "duplicate podman address 10.213.51.11"),
     (lambda d: d["tenants"][0].update(controllers=[]), "a tenant needs at least one controller"),
-    (lambda d: d["tenants"][0].update(name="admin"), "tenants[0].name: 'admin' is reserved"),
-    (lambda d: d["tenants"][0].update(name="root"), "tenants[0].name: 'root' is reserved"),
+    (lambda d: d["tenants"][0].update(name="admin"), "tenants (admin).name: 'admin' is reserved"),
+    (lambda d: d["tenants"][0].update(name="root"), "tenants (root).name: 'root' is reserved"),
     (lambda d: d["tenants"][0].update(name="etcd-member"),
-     "tenants[0].name: 'etcd-member' is reserved (the CN of every etcd member certificate"),
+     "tenants (etcd-member).name: 'etcd-member' is reserved (the CN of every etcd member certificate"),
     (lambda d: d["tenants"][0].update(name="e1"), "'e1' is also an etcd member's name"),
-    (lambda d: d["tenants"][0].update(prefix="../t4"), "has a '.' or '..' segment"),
+    (lambda d: d["tenants"][0].update(prefix="../t4"), "has a '.', '..' or empty segment"),
 ], ids=["node in no group", "duplicate address", "tenant with no controller", "tenant admin",
         "tenant root", "tenant etcd-member", "tenant named like a member", "prefix with .."])
 def test_bad_topology_file(mutate: Callable[[dict[str, Any]], None], message: str,
@@ -137,7 +137,7 @@ def test_inventory_json(backend: str, tmp_path: Path,
     assert data["vars"]["sandbox_backend"] == backend
     assert data["vars"]["sandbox_state_dir"] == str(tmp_path / "t-cli-inv")
     assert data["vars"]["k0s_tenants"] == [{"name": "ta", "prefix": "ta",
-                                            "controllers": ["c1"]}]
+                                            "controllers": ["c1"], "key_prefix": "/ta/"}]
     assert not (tmp_path / "current").exists(), "inventory must not change the current sandbox"
 
 

@@ -4,26 +4,16 @@ members' and the API servers' reports. Run on real nodes by the crd_apiserver sc
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import load_plugin
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "sandbox_compaction", REPO / "plugins" / "filter" / "sandbox_compaction.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-compaction = _load()
+compaction = load_plugin("plugins/filter/sandbox_compaction.py")
 
 
 def member(up_s: int, completed: list[int] | None = None, failed: int = 0,

@@ -4,28 +4,18 @@ of API (stand-in or k0s) and its verify table."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import load_plugin
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load() -> ModuleType:
-    path = REPO / "roles" / "crd_apiserver" / "filter_plugins" / "crd_apiserver.py"
-    spec = importlib.util.spec_from_file_location("crd_apiserver", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-crd = _load()
+crd = load_plugin("roles/crd_apiserver/filter_plugins/crd_apiserver.py")
 TLS = {"caFile": "/etc/k0s/etcd/ca.crt", "clientCertFile": "/etc/k0s/etcd/client.crt",
        "clientKeyFile": "/etc/k0s/etcd/client.key"}
 
@@ -98,11 +88,6 @@ def test_certificates_one_ca_and_admin_per_tenant_a_serving_cert_per_controller(
 
 def test_systemd_quote() -> None:
     assert crd.crd_apiserver_systemd_quote('--etcd-prefix=/a b"%') == '"--etcd-prefix=/a b\\"%%"'
-
-
-def test_expiring(tmp_path: Path) -> None:
-    assert crd.crd_apiserver_expiring([str(tmp_path / "missing.crt")], 30) == [
-        str(tmp_path / "missing.crt")]
 
 
 def test_up_vars_off_and_k0s_available(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

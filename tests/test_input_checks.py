@@ -4,27 +4,17 @@ CLI cases, `up --set`, are in test_cli.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
+from conftest import load_plugin
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load() -> ModuleType:
-    path = REPO / "plugins" / "filter" / "sandbox_inputs.py"
-    spec = importlib.util.spec_from_file_location("sandbox_inputs", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-inputs = _load()
+inputs = load_plugin("plugins/filter/sandbox_inputs.py")
 
 
 def _options() -> dict[str, Any]:

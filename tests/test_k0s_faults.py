@@ -69,7 +69,7 @@ def test_b_what_is_no_change(old: dict[str, Any], new: dict[str, Any]) -> None:
 # --- c, d ------------------------------------------------------------------------------------
 
 def test_c_first_start_over_data_is_refused_unless_takeover() -> None:
-    errors = guard.k0s_first_start_errors(7, "t", "t", False)
+    errors = guard.k0s_first_start_errors(7, "t", "/t/", False)
     assert len(errors) == 1, errors
     assert errors[0].startswith("k0s_tenants (t): etcd already holds 7 key(s) under /t/ and no "
                                 "controller of the tenant has k0s")
@@ -129,7 +129,7 @@ def _validate(tmp_path: Path, extra: dict[str, Any],
               env: dict[str, str] | None = None) -> tuple[int, str]:
     unreachable = {"ansible_host": "127.0.0.1", "ansible_port": 1}
     inv = {"all": {"vars": {"etcd_tls": True, "k0s_tenants": [
-        {"name": "a", "prefix": "a", "controllers": ["c1"]}], **extra},
+        {"name": "a", "prefix": "a", "controllers": ["c1"], "key_prefix": "/a/"}], **extra},
         "children": {"etcd": {"hosts": {"e1": {**unreachable, "node_address": "10.213.98.11"}}},
                      "k0s_controller": {"hosts": {"c1": {**unreachable, "node_address": "10.213.98.21",
                                                          "k0s_tenant": "a"}}}}}}

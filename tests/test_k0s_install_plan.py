@@ -9,7 +9,6 @@ given as host variables, and the test checks the decisions and the exact argv.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,13 +18,10 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import load_k0s_filter
 
 REPO = Path(__file__).resolve().parents[1]
-_PLUGIN = REPO / "roles" / "k0s_controller" / "filter_plugins" / "k0s_install.py"
-_SPEC = importlib.util.spec_from_file_location("k0s_install", _PLUGIN)
-assert _SPEC and _SPEC.loader
-k0s = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(k0s)
+k0s = load_k0s_filter("k0s_install")
 UNIT = "/etc/systemd/system/k0scontroller.service"
 STATE = "/etc/k0s/install-state.json"
 BASE_ARGV = ["/usr/local/bin/k0s", "install", "controller", "-c", "/etc/k0s/k0s.yaml"]
@@ -107,7 +103,8 @@ def _inventory(path: Path, records: dict[str, str], changes: dict[str, dict[str,
                unit_sha: str, limit_tenant: bool) -> Path:
     unreachable = {"ansible_host": "127.0.0.1", "ansible_port": 1}
     hosts: dict[str, Any] = {}
-    tenants = [{"name": t, "prefix": t, "controllers": list(cs)} for t, cs in TENANTS.items()]
+    tenants = [{"name": t, "prefix": t, "controllers": list(cs), "key_prefix": f"/{t}/"}
+               for t, cs in TENANTS.items()]
     for tenant, controllers in TENANTS.items():
         for name, (has_unit, recorded) in controllers.items():
             probe = {"unit": "yes" if has_unit else "no"}
@@ -122,7 +119,8 @@ def _inventory(path: Path, records: dict[str, str], changes: dict[str, dict[str,
                            "k0s_probe": probe, "k0s_unit_installed": has_unit,
                            "k0s_joined": joined, **changes.get(name, {})}
     if limit_tenant:
-        tenants.append({"name": "limited", "prefix": "limited", "controllers": ["m1", "m2"]})
+        tenants.append({"name": "limited", "prefix": "limited", "controllers": ["m1", "m2"],
+                        "key_prefix": "/limited/"})
         hosts["m1"] = {**unreachable, "node_address": "10.213.98.31", "k0s_tenant": "limited",
                        "k0s_probe": {"unit": "no"}, "k0s_unit_installed": False,
                        "k0s_joined": False}

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
+from conftest import load_plugin
+
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("sandbox_probe", REPO / "plugins" / "filter" / "sandbox_probe.py")
-assert _spec and _spec.loader
-probe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(probe)
+probe = load_plugin("plugins/filter/sandbox_probe.py")
 
 
 def test_file_from_src_compares_checksum_mode_and_owner(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,16 +10,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, load_plugin
 
 
 def _plugin() -> ModuleType:
-    path = REPO_ROOT / "plugins" / "callback" / "sandbox_progress.py"
-    spec = importlib.util.spec_from_file_location("sandbox_progress", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_plugin("plugins/callback/sandbox_progress.py")
 
 
 @pytest.mark.parametrize(("result", "message"), [

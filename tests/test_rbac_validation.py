@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _validate(tmp_path: Path, tls: bool, extra: dict[str, Any]) -> tuple[int, str]:
     unreachable = {"ansible_host": "127.0.0.1", "ansible_port": 1}
-    tenants = [{"name": "a", "prefix": "k0s", "controllers": ["c1"]}]
+    tenants = [{"name": "a", "prefix": "k0s", "controllers": ["c1"], "key_prefix": "/k0s/"}]
     inv = {"all": {"vars": {"etcd_tls": tls, "k0s_tenants": tenants},
                    "children": {
                        "etcd": {"hosts": {"e1": {**unreachable, "node_address": "10.213.97.11"}}},

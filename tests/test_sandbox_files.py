@@ -4,26 +4,18 @@ force: false, check mode, and contents never printed (they may be private keys).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from conftest import run_module
 
 REPO = Path(__file__).resolve().parents[1]
 ANSIBLE = Path(sys.executable).parent / "ansible"
 
 
 def run(files: list[dict[str, Any]], *extra: str) -> tuple[dict[str, Any], str]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
-    res = subprocess.run([str(ANSIBLE), "localhost", "-c", "local", "-i", "localhost,",
-                          "-e", f"ansible_python_interpreter={sys.executable}",
-                          "-m", "sandbox_files", "-a", json.dumps({"files": files}), *extra],
-                         cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    out = json.loads(res.stdout)
-    return out["plays"][0]["tasks"][0]["hosts"]["localhost"], res.stdout
+    return run_module("sandbox_files", {"files": files}, *extra)
 
 
 def mode(path: Path) -> str:

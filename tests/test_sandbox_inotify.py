@@ -5,28 +5,21 @@ runs it."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import load_plugin, run_module
 
 REPO = Path(__file__).resolve().parents[1]
 ANSIBLE = Path(sys.executable).parent / "ansible"
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "sandbox_inotify", REPO / "plugins" / "modules" / "sandbox_inotify.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_plugin("plugins/modules/sandbox_inotify.py")
 
 
 def fake_proc(root: Path, limit: int, fds: dict[str, list[str]]) -> Path:
@@ -42,13 +35,7 @@ def fake_proc(root: Path, limit: int, fds: dict[str, list[str]]) -> Path:
 
 
 def run(args: dict[str, Any]) -> dict[str, Any]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
-    res = subprocess.run([str(ANSIBLE), "localhost", "-c", "local", "-i", "localhost,",
-                          "-e", f"ansible_python_interpreter={sys.executable}",
-                          "-m", "sandbox_inotify", "-a", json.dumps(args)],
-                         cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    return json.loads(res.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return run_module("sandbox_inotify", args)[0]
 
 
 def test_count_sees_only_inotify_descriptors(tmp_path: Path) -> None:

@@ -3,16 +3,10 @@ scripts print: each check passes on what the roles write and fails on what it mu
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from conftest import load_plugin
 
-PATH = Path(__file__).resolve().parents[1] / "plugins" / "filter" / "sandbox_verify.py"
-_spec = importlib.util.spec_from_file_location("sandbox_verify", PATH)
-assert _spec is not None and _spec.loader is not None
-verify = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(verify)
+verify = load_plugin("plugins/filter/sandbox_verify.py")
 
 GOOD = ["d /etc/k0s/etcd 0750 kube-apiserver:root",
         "f /etc/k0s/etcd/ca.crt 0644 root:root",

@@ -44,7 +44,8 @@ def sandbox_file_checks(lines: list[str], host: str) -> list[Check]:
 
 def sandbox_cluster_checks(outputs: list[str], members: list[str]) -> list[Check]:
     """outputs: etcdctl -w json of endpoint health --cluster, member list, endpoint status
-    --cluster, endpoint hashkv --cluster and (optional) alarm list (in that order)."""
+    --cluster, endpoint hashkv (at one revision: sandbox_etcd data_equal) and (optional) alarm
+    list (in that order)."""
     health = _loads(outputs[0], [])
     listed = _loads(outputs[1], {}).get("members", [])
     status = _loads(outputs[2], [])
@@ -129,25 +130,6 @@ def sandbox_cis_checks(lines: list[str], host: str, tls: bool) -> list[Check]:
     ]
 
 
-def sandbox_cert_days(pki_dir: str, now_epoch: float) -> list[dict[str, Any]]:
-    """Days until each certificate (*.crt under pki_dir, read in-process) expires."""
-    import datetime as dt
-    from pathlib import Path
-
-    from cryptography import x509
-    from cryptography.x509.oid import NameOID
-
-    out = []
-    for path in sorted(Path(pki_dir).rglob("*.crt")):
-        cert = x509.load_pem_x509_certificate(path.read_bytes())
-        not_after = cert.not_valid_after_utc.astimezone(dt.UTC)
-        cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-        days = int((not_after.timestamp() - float(now_epoch)) // 86400)
-        out.append({"file": str(path), "subject": str(cns[0].value) if cns else "",
-                    "not_after": not_after.isoformat(), "days_left": days})
-    return out
-
-
 def sandbox_prefix_checks(keys: list[str], tenants: list[str],
                           prefixes: dict[str, str]) -> list[Check]:
     """Per tested tenant: the keys its API server wrote for verify (API group
@@ -183,7 +165,6 @@ class FilterModule:
             "sandbox_probe_checks": sandbox_probe_checks,
             "sandbox_peer_probes": sandbox_peer_probes,
             "sandbox_cis_checks": sandbox_cis_checks,
-            "sandbox_cert_days": sandbox_cert_days,
             "sandbox_prefix_checks": sandbox_prefix_checks,
             "sandbox_check_lines": sandbox_check_lines,
         }

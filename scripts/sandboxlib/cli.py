@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from . import apiserver, day2, inventory, kube, progress, remote, report, runner
+from . import apiserver, day2, inventory, kube, progress, remote, report, runner, specs
 from .context import (
     Failure,
     UsageError,
@@ -68,13 +68,9 @@ PLAYBOOK_VARIABLES: dict[str, type] = {"etcd_rbac": bool, "etcd_rbac_keep_users"
 
 
 def role_variables() -> set[str]:
-    """Every variable a role declares in its meta/argument_specs.yml (what --set may set)."""
-    names: set[str] = set()
-    for spec in sorted((REPO_ROOT / "roles").glob("*/meta/argument_specs.yml")):
-        data = yaml.safe_load(spec.read_text(encoding="utf-8")) or {}
-        for entry in (data.get("argument_specs") or {}).values():
-            names.update((entry or {}).get("options") or {})
-    return names
+    """Every variable a role's main entry point declares in its meta/argument_specs.yml (what
+    --set may set; a day-2 operation's inputs are its command's options)."""
+    return specs.main_variables()
 
 
 def up_extra_vars(args: argparse.Namespace) -> dict[str, Any]:

@@ -4,7 +4,9 @@ add-members, remove-member, takeover, rotate-ca, upgrade-etcd, defrag.
 Each runs one playbook (``playbooks/<name>.yml``) against the sandbox's topology with the
 same progress output and log as ``up``. k0s refuses ``k0s backup`` and ``k0s etcd ...``
 with an external cluster, so these are the operator's tools. Wired into ``cli.py`` by
-:func:`add_commands`.
+:func:`add_commands`. A command's help and its options' help, types and checks come from the
+operation's argument-spec entry point (``specs.py``): its inputs are described once, in
+roles/<role>/meta/argument_specs.yml.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import report, runner, snapshot
+from . import report, runner, snapshot, specs
 from .context import UsageError, check_owner, need_tool, resolve, run_vars
 
 
 def _run(args: argparse.Namespace, command: str, playbook: str,
          extra: dict[str, Any]) -> tuple[Any, float]:
+    """Run the command's playbook with ``extra`` (its inputs, checked against the entry point
+    of ENTRY_POINTS first)."""
+    specs.check(ENTRY_POINTS[command], {k: v for k, v in extra.items()
+                                        if k in (specs.entry(ENTRY_POINTS[command]).get("options") or {})})
     sb = resolve(args)
     need_tool(sb.backend)
     check_owner(sb)
@@ -34,13 +40,11 @@ def _run(args: argparse.Namespace, command: str, playbook: str,
 
 def cmd_backup(args: argparse.Namespace) -> int:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    extra: dict[str, Any] = {"etcd_backup_stamp": stamp}
-    if args.member:
-        extra["etcd_backup_member"] = args.member
-    if args.dir:
-        extra["etcd_backup_dir"] = str(Path(args.dir).resolve())
+    extra: dict[str, Any] = {"etcd_backup_stamp": stamp, **specs.values(args, ENTRY_POINTS["backup"])}
+    if args.etcd_backup_dir:
+        extra["etcd_backup_dir"] = str(Path(args.etcd_backup_dir).resolve())
     sb, took = _run(args, "backup", "backup.yml", extra)
-    out_dir = Path(args.dir).resolve() if args.dir else sb.topo.state_dir / "backups"
+    out_dir = Path(extra.get("etcd_backup_dir") or sb.topo.state_dir / "backups")
     snap = out_dir / f"etcd-{stamp}.db"
     manifest = snap.with_name(snap.name + snapshot.MANIFEST_SUFFIX)
     print(f"sandbox: backup written in {took:.0f}s: {report.display_path(snap)} "
@@ -52,21 +56,17 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     sb = resolve(args)
-    path = Path(args.file).resolve()
+    path = Path(args.etcd_restore_file).resolve()
     digest = snapshot.check_snapshot(path)
-    manifest = snapshot.check_origin(path, digest, sb.topo, args.foreign, "restore")
+    manifest = snapshot.check_origin(path, digest, sb.topo, args.etcd_restore_foreign, "restore")
     snapshot.confirm_rollback(sb.topo, args.yes, "restore",
-                              foreign=args.foreign and snapshot.foreign_reason(
+                              foreign=args.etcd_restore_foreign and snapshot.foreign_reason(
                                   manifest, path, sb.topo) != "")
     print(f"sandbox: restoring {report.display_path(path)} (sha256 {digest[:12]}...): "
           "k0s controllers and every etcd member stop, the snapshot replaces the data, "
           "etcd RBAC is set as the topology says before the API servers start",
           flush=True)
-    extra: dict[str, Any] = {"etcd_restore_file": str(path)}
-    if args.keep_old:
-        extra["etcd_restore_keep_old"] = True
-    if args.foreign:
-        extra["etcd_restore_foreign"] = True
+    extra = {**specs.values(args, ENTRY_POINTS["restore"]), "etcd_restore_file": str(path)}
     _, took = _run(args, "restore", "restore.yml", extra)
     print(f"sandbox: restore finished in {took:.0f}s; cluster healthy, hashkv equal on every "
           "member, etcd RBAC as the topology says (each tenant denied outside its prefix "
@@ -75,33 +75,30 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    extra: dict[str, Any] = {}
-    if args.tenant:
+    extra = specs.values(args, ENTRY_POINTS["reset"])
+    if args.reset_tenant:
         sb = resolve(args)
         names = [t.name for t in sb.topo.tenants]
-        if args.tenant not in names:
-            raise UsageError(f"reset --tenant: no tenant '{args.tenant}' in topology "
+        if args.reset_tenant not in names:
+            raise UsageError(f"reset --tenant: no tenant '{args.reset_tenant}' in topology "
                                  f"'{sb.topo.name}'; tenants: {', '.join(names) or 'none'}")
-        if args.pki:
+        if args.reset_pki:
             raise UsageError("reset: --pki goes with a full reset, not with --tenant")
-        tenant = next(t for t in sb.topo.tenants if t.name == args.tenant)
+        tenant = next(t for t in sb.topo.tenants if t.name == args.reset_tenant)
         members = {n.name for n in sb.topo.group("etcd")}
         both = [c for c in tenant.controllers if c in members]
         if both:
             # The same refusal as playbooks/reset.yml's, before any playbook runs.
             raise UsageError(
-                f"reset --tenant {args.tenant}: {', '.join(both)} "
+                f"reset --tenant {args.reset_tenant}: {', '.join(both)} "
                 f"{'is' if len(both) == 1 else 'are'} also in the etcd group, and `k0s reset` "
                 "deletes the system user `etcd` the etcd member there runs as; with --tenant "
                 "etcd keeps running. Nothing was changed. Reset everything (scripts/sandbox "
                 "reset), or put the tenant's controllers on nodes that are not etcd members")
-        extra["reset_tenant"] = args.tenant
-    if args.pki:
-        extra["reset_pki"] = True
     _, took = _run(args, "reset", "reset.yml", extra)
-    what = (f"tenant {args.tenant} reset (k0s reset, its keys deleted from etcd)"
-            if args.tenant else "k0s, etcd and the certificates removed from the nodes"
-            + ("; the control node's PKI removed" if args.pki else "; PKI kept"))
+    what = (f"tenant {args.reset_tenant} reset (k0s reset, its keys deleted from etcd)"
+            if args.reset_tenant else "k0s, etcd and the certificates removed from the nodes"
+            + ("; the control node's PKI removed" if args.reset_pki else "; PKI kept"))
     print(f"sandbox: {what} in {took:.0f}s (scripts/sandbox down removes the nodes)")
     return 0
 
@@ -124,18 +121,16 @@ def cmd_rotate_ca(args: argparse.Namespace) -> int:
 def cmd_replace_member(args: argparse.Namespace) -> int:
     sb = resolve(args)
     members = [n.name for n in sb.topo.group("etcd")]
-    if args.member not in members:
-        raise UsageError(f"replace-member: '{args.member}' is not an etcd member of "
+    if args.etcd_replace_member not in members:
+        raise UsageError(f"replace-member: '{args.etcd_replace_member}' is not an etcd member of "
                              f"'{sb.topo.name}'; members: {', '.join(members)}")
     if len(members) < 3:
         raise UsageError(f"replace-member: '{sb.topo.name}' has {len(members)} member(s); "
                              "replacing one needs the others' quorum (3 or more): restore a "
                              "backup instead")
-    extra: dict[str, Any] = {"etcd_replace_member": args.member}
-    if args.force:
-        extra["etcd_replace_force"] = True
-    _, took = _run(args, "replace-member", "replace-member.yml", extra)
-    print(f"sandbox: {args.member} removed, added again and synced in {took:.0f}s")
+    _, took = _run(args, "replace-member", "replace-member.yml",
+                   specs.values(args, ENTRY_POINTS["replace-member"]))
+    print(f"sandbox: {args.etcd_replace_member} removed, added again and synced in {took:.0f}s")
     return 0
 
 
@@ -164,10 +159,10 @@ def cmd_add_members(args: argparse.Namespace) -> int:
 def check_takeover(args: argparse.Namespace, topo: Any) -> Path:
     """The snapshot path when the takeover's input is sound; else a UsageError."""
     tenants = {t.name: t for t in topo.tenants}
-    if args.tenant not in tenants:
-        raise UsageError(f"takeover --tenant: no tenant '{args.tenant}' in topology "
+    if args.etcd_takeover_tenant not in tenants:
+        raise UsageError(f"takeover --tenant: no tenant '{args.etcd_takeover_tenant}' in topology "
                              f"'{topo.name}'; tenants: {', '.join(tenants) or 'none'}")
-    tenant = tenants[args.tenant]
+    tenant = tenants[args.etcd_takeover_tenant]
     if tenant.normalized_prefix != "/registry/":
         raise UsageError(
             f"takeover: tenants ({tenant.name}).prefix is '{tenant.prefix}' (kube-apiserver "
@@ -175,37 +170,36 @@ def check_takeover(args: argparse.Namespace, topo: Any) -> Path:
             "under /registry/ (k0s#5718): the taken-over cluster would look empty; set "
             f"prefix: registry for tenant {tenant.name} in {topo.path.name} and run "
             "scripts/sandbox up first; nothing was changed")
-    path = Path(args.file).resolve()
+    path = Path(args.etcd_takeover_file).resolve()
     if path.name.endswith((".tar.gz", ".tgz", ".tar")):
         raise UsageError(f"takeover: '{path.name}' is an archive (k0s backup?): extract "
                              "the etcd snapshot (the .db file inside) and give that")
     if not path.is_file():
-        raise UsageError(f"takeover: snapshot '{args.file}' not found; give an etcd "
+        raise UsageError(f"takeover: snapshot '{args.etcd_takeover_file}' not found; give an etcd "
                              "snapshot of the embedded cluster (etcdctl snapshot save)")
     sums = path.with_name(path.name + ".sha256")
     digest = snapshot.sha256_of(path)
     if sums.is_file() and sums.read_text().split()[:1] != [digest]:
         raise UsageError(f"takeover: {path.name} has sha256 {digest} but {sums.name} says "
                          "otherwise: the snapshot is corrupt or not that one; nothing was changed")
-    snapshot.check_origin(path, digest, topo, args.foreign, "takeover")
+    snapshot.check_origin(path, digest, topo, args.etcd_restore_foreign, "takeover")
     return path
 
 
 def cmd_takeover(args: argparse.Namespace) -> int:
     sb = resolve(args)
     path = check_takeover(args, sb.topo)
-    print(f"sandbox: taking over {report.display_path(path)} for tenant {args.tenant}: "
+    print(f"sandbox: taking over {report.display_path(path)} for tenant {args.etcd_takeover_tenant}: "
           "k0s controllers and every etcd member stop, the snapshot replaces the data",
           flush=True)
-    extra: dict[str, Any] = {"etcd_takeover_file": str(path),
-                             "etcd_takeover_tenant": args.tenant}
-    if args.foreign:
+    extra = {**specs.values(args, ENTRY_POINTS["takeover"]), "etcd_takeover_file": str(path)}
+    # --foreign is restore's input (takeover.yml restores through restore.yml)
+    if args.etcd_restore_foreign:
         extra["etcd_restore_foreign"] = True
-    if args.replace_all:
-        extra["etcd_takeover_replace_all"] = True
     _, took = _run(args, "takeover", "takeover.yml", extra)
     print(f"sandbox: takeover finished in {took:.0f}s; /registry/ is readable with tenant "
-          f"{args.tenant}'s certificate (scripts/sandbox kubectl --tenant {args.tenant} "
+          f"{args.etcd_takeover_tenant}'s certificate (scripts/sandbox kubectl --tenant "
+          f"{args.etcd_takeover_tenant} "
           "get nodes, where k0s runs)")
     return 0
 
@@ -213,17 +207,17 @@ def cmd_takeover(args: argparse.Namespace) -> int:
 def cmd_remove_member(args: argparse.Namespace) -> int:
     sb = resolve(args)
     members = [n.name for n in sb.topo.group("etcd")]
-    unknown = [m for m in args.members if m not in members]
+    unknown = [m for m in args.etcd_remove_members if m not in members]
     if unknown:
         raise UsageError(f"remove-member: '{', '.join(unknown)}' is not an etcd member of "
                          f"topology '{sb.topo.name}' ({', '.join(members)}); nothing was changed")
-    left = [m for m in members if m not in args.members]
+    left = [m for m in members if m not in args.etcd_remove_members]
     if not left:
-        raise UsageError(f"remove-member: removing {', '.join(args.members)} would leave no "
+        raise UsageError(f"remove-member: removing {', '.join(args.etcd_remove_members)} would leave no "
                          "etcd member (scripts/sandbox down removes everything)")
     _, took = _run(args, "remove-member", "remove-member.yml",
-                   {"etcd_remove_members": list(dict.fromkeys(args.members))})
-    names = ", ".join(args.members)
+                   {"etcd_remove_members": list(dict.fromkeys(args.etcd_remove_members))})
+    names = ", ".join(args.etcd_remove_members)
     print(f"sandbox: {names} left the etcd cluster in {took:.0f}s; the controllers use "
           f"{', '.join(left)}. Now take {names} out of the topology's nodes (the next `up` "
           "would add them back as new members); the nodes keep running until `down`.")
@@ -231,8 +225,7 @@ def cmd_remove_member(args: argparse.Namespace) -> int:
 
 
 def cmd_defrag(args: argparse.Namespace) -> int:
-    extra: dict[str, Any] = {"etcd_defrag_compact": True} if args.compact else {}
-    _, took = _run(args, "defrag", "defrag.yml", extra)
+    _, took = _run(args, "defrag", "defrag.yml", specs.values(args, ENTRY_POINTS["defrag"]))
     print(f"sandbox: defrag finished in {took:.0f}s (scripts/sandbox etcdctl endpoint status "
           "--cluster -w table shows each member's database size)")
     return 0
@@ -242,75 +235,68 @@ ETCD_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
 
 def cmd_upgrade_etcd(args: argparse.Namespace) -> int:
-    if not ETCD_VERSION.match(args.to):
-        raise UsageError(f"upgrade-etcd: --to '{args.to}' is not an etcd version such as "
+    if not ETCD_VERSION.match(args.etcd_upgrade_to):
+        raise UsageError(f"upgrade-etcd: --to '{args.etcd_upgrade_to}' is not an etcd version such as "
                          "3.5.30 (no leading v, no package revision); nothing was changed")
     sb = resolve(args)
-    print(f"sandbox: upgrade-etcd '{sb.topo.name}' to {args.to}: guards first (health, one "
+    print(f"sandbox: upgrade-etcd '{sb.topo.name}' to {args.etcd_upgrade_to}: guards first (health, one "
           "minor version per step, no downgrade), a snapshot, then one member at a time, "
           "the leader last", flush=True)
-    _, took = _run(args, "upgrade-etcd", "upgrade-etcd.yml", {"etcd_upgrade_to": args.to})
+    _, took = _run(args, "upgrade-etcd", "upgrade-etcd.yml",
+                   specs.values(args, ENTRY_POINTS["upgrade-etcd"]))
     print(f"sandbox: upgrade-etcd finished in {took:.0f}s (scripts/sandbox etcdctl endpoint "
           "status -w table shows each member's version)")
     return 0
 
 
+# command -> the argument-spec entry point (role/entry) declaring its inputs and help.
+ENTRY_POINTS = {
+    "backup": "etcd/backup", "restore": "etcd/restore_check", "reset": "k0s_controller/reset_check",
+    "replace-member": "etcd/replace_check", "rotate-certs": "pki/rotate_aside",
+    "rotate-ca": "pki/ca_next", "add-members": "etcd/grow_check",
+    "remove-member": "etcd/remove_check", "defrag": "etcd/defrag",
+    "upgrade-etcd": "etcd/upgrade_check", "takeover": "etcd/takeover_check",
+}
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "backup": cmd_backup, "restore": cmd_restore, "reset": cmd_reset,
+    "replace-member": cmd_replace_member, "rotate-certs": cmd_rotate_certs,
+    "rotate-ca": cmd_rotate_ca, "add-members": cmd_add_members,
+    "remove-member": cmd_remove_member, "defrag": cmd_defrag, "upgrade-etcd": cmd_upgrade_etcd,
+    "takeover": cmd_takeover,
+}
+# command -> its arguments: (input variable, command-line flags; none: positional, argparse
+# extras); each argument's help, type and check come from the command's entry point.
+ARGUMENTS: dict[str, list[tuple[str, tuple[str, ...], dict[str, Any]]]] = {
+    "backup": [("etcd_backup_dir", ("--dir",), {"metavar": "DIR"}),
+               ("etcd_backup_member", ("--member",), {"metavar": "NODE"})],
+    "restore": [("etcd_restore_file", (), {"metavar": "FILE"}),
+                ("etcd_restore_keep_old", ("--keep-old",), {}),
+                ("etcd_restore_foreign", ("--foreign",), {})],
+    "reset": [("reset_tenant", ("--tenant",), {"metavar": "T"}), ("reset_pki", ("--pki",), {})],
+    "replace-member": [("etcd_replace_member", (), {"metavar": "MEMBER"}),
+                       ("etcd_replace_force", ("--force",), {})],
+    "remove-member": [("etcd_remove_members", (), {"metavar": "MEMBER"})],
+    "defrag": [("etcd_defrag_compact", ("--compact",), {})],
+    "upgrade-etcd": [("etcd_upgrade_to", ("--to",), {"metavar": "VERSION"})],
+    "takeover": [("etcd_takeover_file", (), {"metavar": "SNAPSHOT"}),
+                 ("etcd_takeover_tenant", ("--tenant",), {"metavar": "T"}),
+                 ("etcd_takeover_replace_all", ("--replace-all",), {})],
+}
+
+
 def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> None:
-    """Register the day-2 subcommands with cli.build_parser's ``add``."""
-    b = add("backup", "etcdctl snapshot save on one healthy member, fetched with its sha256",
-            cmd_backup)
-    b.add_argument("--dir", metavar="DIR",
-                   help="control-node directory (default .sandbox/<name>/backups)")
-    b.add_argument("--member", metavar="NODE", help="member to snapshot (default: the "
-                   "first healthy one)")
-    r = add("restore", "restore a snapshot on every member (stops k0s and etcd)", cmd_restore)
-    r.add_argument("file", metavar="FILE", help="a snapshot made by backup (FILE.sha256 "
-                   "beside it)")
-    r.add_argument("--keep-old", action="store_true",
-                   help="keep each member's old data dir (<data dir>.pre-restore-<time>)")
-    r.add_argument("--foreign", action="store_true",
-                   help="restore a snapshot of another cluster, or one without its manifest "
-                        "(FILE.manifest.json): all of this sandbox's data is replaced")
-    r.add_argument("--yes", action="store_true",
-                   help="with several tenants: go on without asking (every tenant rolls back)")
-    z = add("reset", "remove k0s, etcd and certificates from the nodes (or one tenant)",
-            cmd_reset)
-    z.add_argument("--tenant", metavar="T", help="reset only this tenant: k0s reset on its "
-                   "controllers and its keys deleted from etcd")
-    z.add_argument("--pki", action="store_true",
-                   help="also remove the control node's PKI (.sandbox/<name>/pki)")
-    m = add("replace-member", "re-join a member whose data was lost (member remove/add)",
-            cmd_replace_member)
-    m.add_argument("member", metavar="MEMBER", help="the etcd member to replace")
-    m.add_argument("--force", action="store_true",
-                   help="replace it even when it is healthy (refused otherwise: its data is there)")
-    add("rotate-certs", "re-issue member and client certificates (same CA, no restart)",
-        cmd_rotate_certs)
-    add("rotate-ca", "new etcd CA with a period trusting both (rolling restarts)",
-        cmd_rotate_ca)
-    add("add-members", "grow etcd to the topology's members (new nodes join one at a time)",
-        cmd_add_members)
-    rm = add("remove-member", "shrink etcd by one member (guarded; controllers moved off it "
-             "first)", cmd_remove_member)
-    rm.add_argument("members", metavar="MEMBER", nargs="+",
-                    help="the etcd member(s) to remove, one membership change at a time "
-                    "(5 -> 3: name two; the count left must be odd)")
-    d = add("defrag", "defragment every member, one at a time, the leader last (NOSPACE "
-            "recovery with --compact)", cmd_defrag)
-    d.add_argument("--compact", action="store_true",
-                   help="compact at the current revision first, and disarm a NOSPACE alarm after")
-    u = add("upgrade-etcd", "move etcd to a newer version, one member at a time (guarded; "
-            "a snapshot first)", cmd_upgrade_etcd)
-    u.add_argument("--to", metavar="VERSION", required=True,
-                   help="etcd version, e.g. 3.5.30: the same minor version or the next one")
-    t = add("takeover", "restore an embedded k0s cluster's etcd snapshot for a tenant "
-            "(prefix registry)", cmd_takeover)
-    t.add_argument("file", metavar="SNAPSHOT", help="etcd snapshot of k0s's embedded etcd")
-    t.add_argument("--tenant", metavar="T", required=True,
-                   help="the tenant (prefix registry) whose controllers serve it")
-    t.add_argument("--foreign", action="store_true",
-                   help="the snapshot is another cluster's (k0s's embedded etcd: it has no "
-                        "manifest of this sandbox's backups); required for such a snapshot")
-    t.add_argument("--replace-all", action="store_true",
-                   help="replace the whole keyspace even when it holds keys outside "
-                        "/registry/ (other tenants' data)")
+    """Register the day-2 subcommands with cli.build_parser's ``add``: each one's help from
+    its entry point, its arguments from the entry point's options."""
+    for command, func in COMMANDS.items():
+        parser = add(command, specs.summary(ENTRY_POINTS[command]), func)
+        for variable, flags, extra in ARGUMENTS.get(command, []):
+            specs.argument(parser, ENTRY_POINTS[command], variable, *flags, **extra)
+        if command == "restore":
+            parser.add_argument("--yes", action="store_true",
+                                help="with several tenants: go on without asking (every tenant "
+                                     "rolls back)")
+        if command == "takeover":
+            specs.argument(parser, "etcd/restore_check", "etcd_restore_foreign", "--foreign",
+                           help="the snapshot is another cluster's (k0s's embedded etcd: it has "
+                                "no manifest of this sandbox's backups); required for such a "
+                                "snapshot")

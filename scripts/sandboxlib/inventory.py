@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .tenants import with_key_prefix
 from .topology import BACKENDS, REPO_ROOT, Topology, TopologyError
 
 SSH_OPTS = ("-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
@@ -84,8 +85,11 @@ def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
                           for n in topo.nodes],
         "etcd_tls": topo.tls,
         "etcd_allow_even": topo.allow_even_etcd,
-        "k0s_tenants": [{"name": t.name, "prefix": t.prefix, "controllers": list(t.controllers),
-                         **({"vars": t.vars} if t.vars else {})} for t in topo.tenants],
+        # key_prefix: the prefix as kube-apiserver uses it, normalised here once for the roles.
+        "k0s_tenants": [with_key_prefix({"name": t.name, "prefix": t.prefix,
+                                         "controllers": list(t.controllers),
+                                         **({"vars": t.vars} if t.vars else {})})
+                        for t in topo.tenants],
         "pki_dir": str(state / "pki"),
         # Tenants sharing a TLS cluster are confined to their prefixes by etcd RBAC unless the
         # topology says etcd_rbac: false (one tenant, or plain HTTP: off; RBAC needs TLS).

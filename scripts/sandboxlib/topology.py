@@ -17,24 +17,14 @@ from typing import Any
 
 import yaml
 
+from . import tenants as tenant_rules
+from .tenants import normalize_prefix
+
 PLUGIN_NAME = "sandbox_topology"
 BACKENDS = ("podman", "vagrant")
 KNOWN_GROUPS = ("etcd", "k0s_controller", "lb")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
-# A tenant prefix's segments (between '/') are written as Kubernetes writes resource names
-# (RFC 1123: lower-case ASCII letters, digits, '-' and '.'); the prefix is also an etcd RBAC
-# key range and a path kube-apiserver joins. THE rule in Python; the k0s role's filter
-# (k0s_tenant_errors) applies the same for hand-written inventories.
-PREFIX_SEGMENT_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
-PREFIX_MAX = 253
-# Tenant names that would share an identity: the tenant's client certificate has CN <name>
-# (its etcd user under RBAC) and is written to clients/<name>.{crt,key} by the PKI.
-RESERVED_TENANT_NAMES = {
-    "root": "etcd's root user, the CN of the sandbox's admin certificate: RBAC would not apply",
-    "admin": "the PKI writes the sandbox's admin certificate (etcd user root) to clients/admin.*",
-    "etcd-member": "the CN of every etcd member certificate, the only one the peer port admits",
-}
 TOP_KEYS = {"plugin", "name", "description", "tls", "allow_even_etcd", "networks",
             "nodes", "tenants", "vars", "vagrant"}
 NODE_KEYS = {"name", "groups", "host", "addresses", "memory", "cpus", "vars"}
@@ -190,29 +180,11 @@ def _parse_tenant(i: int, raw: Any, nodes: dict[str, Node]) -> Tenant:
                                     "prefix, controllers")
     _unknown_keys(where, raw, TENANT_KEYS)
     name = raw.get("name")
-    _require(isinstance(name, str) and bool(NAME_RE.match(name)),
-             f"{where}.name: '{name}' is not a valid tenant name "
-             "(lower-case letters, digits and '-')")
-    _require(name not in RESERVED_TENANT_NAMES,
-             f"{where}.name: '{name}' is reserved ({RESERVED_TENANT_NAMES.get(name)}); rename "
-             "the tenant")
+    _require(isinstance(name, str) and bool(name),
+             f"{where}.name: every tenant needs a name, e.g. tenant-a")
     where = f"tenants[{i}] ({name})"
     prefix = raw.get("prefix", name)
-    _require(isinstance(prefix, str) and prefix.strip("/") != "",
-             f"{where}.prefix: spec.storage.etcd.externalCluster.etcdPrefix cannot be empty; "
-             "give the tenant a prefix such as 'k0s-tenant'")
-    _require(not any(c.isspace() for c in prefix) and "//" not in prefix.strip("/"),
-             f"{where}.prefix: '{prefix}' must not contain spaces or '//'")
-    _require(not {".", ".."} & set(prefix.strip("/").split("/")),
-             f"{where}.prefix: '{prefix}' has a '.' or '..' segment; kube-apiserver joins the "
-             "prefix as a path ('../t4' is '/t4/', 'z/..' the whole keyspace); write the "
-             "prefix without them")
-    bad = [seg for seg in prefix.strip("/").split("/") if not PREFIX_SEGMENT_RE.match(seg)]
-    _require(not bad and len(prefix) <= PREFIX_MAX,
-             f"{where}.prefix: '{prefix}' is not written as Kubernetes names are"
-             f"{' (' + ', '.join(repr(b) for b in bad) + ')' if bad else ''}: use lower-case "
-             "ASCII letters, digits, '-' and '.' between the '/' (at most "
-             f"{PREFIX_MAX} characters), e.g. 'tenant-a'")
+    _require(isinstance(prefix, str), f"{where}.prefix: a string such as 'k0s-tenant'")
     ctrls = raw.get("controllers")
     _require(isinstance(ctrls, list) and bool(ctrls),
              f"{where}.controllers: a tenant needs at least one controller node "
@@ -225,18 +197,6 @@ def _parse_tenant(i: int, raw: Any, nodes: dict[str, Node]) -> Tenant:
     tvars = raw.get("vars") or {}
     _require(isinstance(tvars, dict), f"{where}.vars: a mapping of variables")
     return Tenant(name=name, prefix=prefix, controllers=tuple(ctrls), vars=tvars)
-
-
-def normalize_prefix(prefix: str) -> str:
-    """THE tenant-prefix rule on the Python side (the Ansible side is the k0s role's filter
-    k0s_normalize_prefix): kube-apiserver uses ``x``, ``/x`` and ``/x/`` as ``/x/``."""
-    return "/" + str(prefix).strip("/") + "/"
-
-
-def prefixes_overlap(a: str, b: str) -> bool:
-    """True when two etcd prefixes, normalised as kube-apiserver does, share keys."""
-    na, nb = normalize_prefix(a), normalize_prefix(b)
-    return na.startswith(nb) or nb.startswith(na)
 
 
 def parse(data: Any, path: Path) -> Topology:
@@ -277,27 +237,19 @@ def parse(data: Any, path: Path) -> Topology:
     raw_tenants = data.get("tenants") or []
     _require(isinstance(raw_tenants, list), "tenants: a list of {name, prefix, controllers}")
     tenants = [_parse_tenant(i, t, by_name) for i, t in enumerate(raw_tenants)]
-    for i, t in enumerate(tenants):
-        _require(t.name not in {n.name for n in etcd},
-                 f"tenants[{i}].name: '{t.name}' is also an etcd member's name (the "
-                 "member's certificate has that CN and would act as the tenant's etcd user); "
-                 "rename the tenant")
-    warnings: list[str] = []
+    # The tenant rules (tenants.py): names, prefixes, neither repeated nor nested.
+    errors = tenant_rules.tenant_errors(
+        [{"name": t.name, "prefix": t.prefix, "controllers": t.controllers} for t in tenants],
+        [n.name for n in etcd], where="tenants", key_prefix=False)
+    _require(not errors, errors[0] if errors else "")
     for i, a in enumerate(tenants):
         for b in tenants[:i]:
-            _require(a.name != b.name, f"tenants: duplicate tenant name '{a.name}'")
-            _require(not prefixes_overlap(a.prefix, b.prefix),
-                     f"tenants ({b.name}, {a.name}): prefixes '{b.prefix}' and '{a.prefix}' "
-                     f"overlap as {b.normalized_prefix} and {a.normalized_prefix}; "
-                     "give every tenant a prefix of its own")
             shared = set(a.controllers) & set(b.controllers)
             _require(not shared, f"tenants ({b.name}, {a.name}): controller(s) "
                                  f"{', '.join(sorted(shared))} belong to both; a controller "
                                  "serves one tenant")
-        if a.prefix.strip("/") == "registry":
-            warnings.append(f"tenants ({a.name}): prefix 'registry' is kube-apiserver's default, "
-                            "the one k0s's embedded etcd uses; right only when taking over an "
-                            "embedded cluster's data")
+    warnings = tenant_rules.tenant_warnings(
+        [{"name": t.name, "prefix": t.prefix} for t in tenants], where="tenants")
     for n in nodes:
         if "k0s_controller" in n.groups:
             _require(any(n.name in t.controllers for t in tenants),

@@ -94,26 +94,6 @@ def crd_apiserver_certificates(hosts: list[dict[str, Any]], ca_cn: str) -> list[
     return certs
 
 
-def crd_apiserver_expiring(paths: list[str], days: int) -> list[str]:
-    """The certificate files that are unreadable or expire within ``days`` days (read
-    in-process, so a run where nothing is due makes no module run)."""
-    import datetime as dt
-
-    from cryptography import x509
-
-    limit = dt.datetime.now(dt.UTC) + dt.timedelta(days=int(days))
-    due = []
-    for path in paths:
-        try:
-            with open(path, "rb") as fh:
-                if x509.load_pem_x509_certificate(fh.read()).not_valid_after_utc > limit:
-                    continue
-        except (OSError, ValueError):
-            pass
-        due.append(path)
-    return due
-
-
 def crd_apiserver_systemd_quote(value: str) -> str:
     """One ExecStart argument, double-quoted for systemd (``%`` doubled: no specifiers)."""
     escaped = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
@@ -125,5 +105,4 @@ class FilterModule:
         return {"crd_apiserver_etcd_args": crd_apiserver_etcd_args,
                 "crd_apiserver_sans": crd_apiserver_sans,
                 "crd_apiserver_certificates": crd_apiserver_certificates,
-                "crd_apiserver_expiring": crd_apiserver_expiring,
                 "crd_apiserver_systemd_quote": crd_apiserver_systemd_quote}

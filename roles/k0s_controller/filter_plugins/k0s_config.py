@@ -2,8 +2,8 @@
 
 k0s (v1.36) rejects a config at ``k0s install controller`` / ``k0s config validate`` with
 the messages below; the sandbox adds its own checks on top (https:// endpoints need the TLS
-files; tenant prefixes must not collide once normalised as kube-apiserver does). Running
-them before any node changes gives the same answer k0s would, earlier.
+files). Running them before any node changes gives the same answer k0s would, earlier. The
+tenant rules (names, prefixes) are scripts/sandboxlib/tenants.py's (plugins/filter/sandbox_tenants.py).
 
 The field lists below are taken from k0s v1.36.3+k0s.2's Go types (json tags of
 pkg/apis/k0s/v1beta1 ClusterSpec, APISpec, StorageSpec, EtcdConfig, ExternalCluster);
@@ -276,88 +276,6 @@ def k0s_spec_warnings(config: dict[str, Any]) -> list[str]:
     ]
 
 
-def k0s_normalize_prefix(prefix: str) -> str:
-    """The prefix as kube-apiserver uses it: ``k0s-tenant`` and ``/k0s-tenant`` -> ``/k0s-tenant/``."""
-    return "/" + str(prefix).strip("/") + "/"
-
-
-# Tenant names that would share an identity: the tenant's client certificate has CN <name>
-# (its etcd user under RBAC) and is written to clients/<name>.{crt,key} by the PKI.
-RESERVED_TENANT_NAMES = {
-    "root": "etcd's root user, the CN of the sandbox's admin certificate: RBAC would not apply",
-    "admin": "the PKI writes the sandbox's admin certificate (etcd user root) to clients/admin.*",
-    "etcd-member": "the CN of every etcd member certificate, the only one the peer port admits",
-}
-
-
-# Tenant names and prefix segments as Kubernetes writes resource names (RFC 1123, lower-case
-# ASCII): the same rule as the CLI's topology (scripts/sandboxlib/topology.py NAME_RE and
-# PREFIX_SEGMENT_RE) for hand-written inventories.
-TENANT_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-PREFIX_SEGMENT_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
-PREFIX_MAX = 253
-
-
-def k0s_tenant_errors(tenants: list[dict[str, Any]], members: list[str] | None = None) -> list[str]:
-    """Tenants need unique names of their own (not reserved, not an etcd member's: ``members``;
-    lower-case ASCII as Kubernetes names) and prefixes without '.'/'..' segments, written as
-    Kubernetes names are, that neither repeat nor nest."""
-    errors: list[str] = []
-    seen: list[tuple[str, str]] = []
-    for t in tenants or []:
-        name = str(t.get("name") or "")
-        prefix = str(t.get("prefix") or "")
-        if not name:
-            errors.append("k0s_tenants: every tenant needs a name")
-            continue
-        if not TENANT_NAME_RE.match(name):
-            errors.append(f"k0s_tenants ({name}): the name is not written as Kubernetes names "
-                          "are (the certificate's CN and etcd user): use lower-case ASCII "
-                          "letters, digits and '-' (at most 63), e.g. tenant-a")
-        if name in RESERVED_TENANT_NAMES:
-            errors.append(f"k0s_tenants ({name}): the name '{name}' is reserved "
-                          f"({RESERVED_TENANT_NAMES[name]}); rename the tenant")
-        if name in (members or []):
-            errors.append(f"k0s_tenants ({name}): '{name}' is also an etcd member's name (the "
-                          "member's certificate has that CN and would act as the tenant's etcd "
-                          "user); rename the tenant")
-        if not prefix.strip("/"):
-            errors.append(f"k0s_tenants ({name}): {K0S_PREFIX_EMPTY}; give the tenant a prefix")
-            continue
-        if {".", ".."} & set(prefix.strip("/").split("/")) or "//" in prefix.strip("/"):
-            errors.append(f"k0s_tenants ({name}): prefix '{prefix}' has a '.', '..' or empty "
-                          "segment; kube-apiserver joins the prefix as a path ('../t4' is '/t4/', "
-                          "'z/..' the whole keyspace); write the prefix without them")
-            continue
-        bad = [seg for seg in prefix.strip("/").split("/") if not PREFIX_SEGMENT_RE.match(seg)]
-        if bad or len(prefix) > PREFIX_MAX:
-            errors.append(f"k0s_tenants ({name}): prefix '{prefix}' is not written as Kubernetes "
-                          "names are: use lower-case ASCII letters, digits, '-' and '.' between "
-                          f"the '/' (at most {PREFIX_MAX} characters), e.g. 'tenant-a'")
-            continue
-        norm = k0s_normalize_prefix(prefix)
-        for other_name, other in seen:
-            if other_name == name:
-                errors.append(f"k0s_tenants: duplicate tenant name '{name}'")
-            elif norm.startswith(other) or other.startswith(norm):
-                errors.append(
-                    f"k0s_tenants ({other_name}, {name}): prefixes overlap as {other} and {norm}"
-                    " (kube-apiserver normalises 'x' and '/x' to '/x/'; 'a' and 'a/b' nest); "
-                    "give every tenant a prefix of its own")
-        seen.append((name, norm))
-        if not t.get("controllers"):
-            errors.append(f"k0s_tenants ({name}): no controllers; list at least one controller")
-    return errors
-
-
-def k0s_tenant_warnings(tenants: list[dict[str, Any]]) -> list[str]:
-    return [
-        f"k0s_tenants ({t.get('name')}): prefix 'registry' is kube-apiserver's default, the one "
-        "k0s's embedded etcd uses; it is right only when taking over an embedded cluster's data"
-        for t in tenants or [] if str(t.get("prefix") or "").strip("/") == "registry"
-    ]
-
-
 def k0s_tenant_lb(lbs: list[Any], tenant: str) -> str:
     """node_address of the load balancer that serves ``tenant`` (HA: spec.api.externalAddress):
     the first with ``lb_tenant`` equal to the tenant, else the first without ``lb_tenant`` (it
@@ -374,8 +292,5 @@ class FilterModule:
             "k0s_external_cluster_errors": k0s_external_cluster_errors,
             "k0s_spec_errors": k0s_spec_errors,
             "k0s_spec_warnings": k0s_spec_warnings,
-            "k0s_tenant_errors": k0s_tenant_errors,
-            "k0s_tenant_warnings": k0s_tenant_warnings,
-            "k0s_normalize_prefix": k0s_normalize_prefix,
             "k0s_tenant_lb": k0s_tenant_lb,
         }

@@ -11,7 +11,16 @@ pkg/certificate/manager.go:56-62), even over a prefix that holds an older cluste
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
+
+# THE prefix rule (kube-apiserver's normalisation) is scripts/sandboxlib/tenants.py's.
+_SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
+if str(_SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(_SCRIPTS))
+
+from sandboxlib.tenants import normalize_prefix
 
 # The k0s test double (molecule/shared/k0s-test-double) says this in its first lines.
 TEST_DOUBLE_MARKER = "k0s test double (not k0s)"
@@ -32,10 +41,6 @@ def _ext(config: Any) -> dict[str, Any]:
     return ((spec.get("storage") or {}).get("etcd") or {}).get("externalCluster") or {}
 
 
-def _norm(prefix: Any) -> str:
-    return "/" + str(prefix or "").strip("/") + "/"
-
-
 def k0s_storage_change_errors(old: Any, new: Any, host: str, tenant: str,
                               endpoints_allowed: Any = False) -> list[str]:
     """Refusals for a controller where k0s is installed (``old``: its k0s.yaml, ``new``:
@@ -45,11 +50,11 @@ def k0s_storage_change_errors(old: Any, new: Any, host: str, tenant: str,
     if not before:
         return []
     errors = []
-    if _norm(before.get("etcdPrefix")) != _norm(after.get("etcdPrefix")):
+    if normalize_prefix(before.get("etcdPrefix")) != normalize_prefix(after.get("etcdPrefix")):
         errors.append(
             f"{host}: k0s_tenants ({tenant}).prefix: k0s runs here on "
-            f"{_norm(before.get('etcdPrefix'))} and the inventory now says "
-            f"{_norm(after.get('etcdPrefix'))}. k0s reads k0s.yaml only when a controller starts, "
+            f"{normalize_prefix(before.get('etcdPrefix'))} and the inventory now says "
+            f"{normalize_prefix(after.get('etcdPrefix'))}. k0s reads k0s.yaml only when a controller starts, "
             "so the tenant's controllers would serve two prefixes while they restart one at a "
             "time, and the new prefix is an empty cluster that keeps the old CA. Nothing was "
             "changed. To move the tenant: set its prefix back, reset it (scripts/sandbox reset "
@@ -72,14 +77,14 @@ def _truthy(value: Any) -> bool:
     return value is True or str(value).lower() in ("true", "yes", "1")
 
 
-def k0s_first_start_errors(keys: Any, tenant: str, prefix: str, takeover: Any) -> list[str]:
-    """The refusal of a tenant's first start over a prefix that already holds ``keys`` keys,
-    unless the user says it is a takeover."""
+def k0s_first_start_errors(keys: Any, tenant: str, key_prefix: str, takeover: Any) -> list[str]:
+    """The refusal of a tenant's first start over a prefix (``key_prefix``: as kube-apiserver
+    uses it) that already holds ``keys`` keys, unless the user says it is a takeover."""
     count = int(keys or 0)
     if count == 0 or _truthy(takeover):
         return []
     return [
-        (f"k0s_tenants ({tenant}): etcd already holds {count} key(s) under {_norm(prefix)} and no "
+        (f"k0s_tenants ({tenant}): etcd already holds {count} key(s) under {key_prefix} and no "
         "controller of the tenant has k0s: its first controller would start a NEW cluster (a "
         "new CA and service-account key) over that data, and everything the old cluster issued "
         "(kubeconfigs, service-account and join tokens, node certificates) would be rejected. "

@@ -76,30 +76,6 @@ def pki_certificates(
     return certs
 
 
-def pki_expiring(paths: list[str], days: int) -> list[str]:
-    """The certificate files that are unreadable or expire within ``days`` days.
-
-    Read in-process with ``cryptography`` (what community.crypto uses), so a run where
-    nothing is due needs no module invocation per certificate.
-    """
-    import datetime as dt
-
-    from cryptography import x509
-
-    limit = dt.datetime.now(dt.UTC) + dt.timedelta(days=int(days))
-    due = []
-    for path in paths:
-        try:
-            with open(path, "rb") as fh:
-                cert = x509.load_pem_x509_certificate(fh.read())
-        except (OSError, ValueError):
-            due.append(path)
-            continue
-        if cert.not_valid_after_utc <= limit:
-            due.append(path)
-    return due
-
-
 def pki_member_cn_changes(members: list[str], pki_dir: str, member_cn: str) -> dict[str, str]:
     """Members whose certificate on the control node has a CN other than ``member_cn`` and
     other than the member's own name (what certificates had before the CN was shared):
@@ -121,22 +97,6 @@ def pki_member_cn_changes(members: list[str], pki_dir: str, member_cn: str) -> d
     return changed
 
 
-def pki_file_sha256(path: str) -> str:
-    """sha256 of a control-node file ('' when it cannot be read)."""
-    import hashlib
-
-    try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except OSError:
-        return ""
-
-
-def pki_stat_line(entry: dict[str, Any]) -> str:
-    """The line ``stat -c '%n %a %U %G'`` prints for a file placed as ``entry`` says."""
-    return f"{entry['dest']} {int(str(entry['mode']), 8):o} {entry['owner']} {entry['group']}"
-
-
 def pki_cert_id(cert: dict[str, Any]) -> str:
     """'members/etcd-1' style identifier of a certificate entry."""
     return f"{cert['kind']}/{cert['name']}"
@@ -146,5 +106,4 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"pki_sans": pki_sans, "pki_invalid_sans": pki_invalid_sans,
                 "pki_certificates": pki_certificates, "pki_cert_id": pki_cert_id,
-                "pki_expiring": pki_expiring, "pki_member_cn_changes": pki_member_cn_changes,
-                "pki_file_sha256": pki_file_sha256, "pki_stat_line": pki_stat_line}
+                "pki_member_cn_changes": pki_member_cn_changes}

@@ -1,0 +1,57 @@
+"""Which nodes need podman, from ONE ``podman inspect`` of the sandbox's containers.
+
+``containers | podman_nodes_plan(nodes, image, privileged_groups, network)`` sorts the
+topology's nodes (``sandbox_nodes``: name, container, address, groups) into:
+
+- ``create``: no container at all -> created (tasks/start.yml);
+- ``start``: a stopped container -> ``podman start`` as it is (same container, its data, its
+  address), whatever image it was made from; ``start_other_image``: those of them made from
+  another image (or privilege) than new nodes get -> a warning;
+- ``reattach``: running from the right image with the right privilege, without its address
+  on the sandbox's network (cut off, or reattached without ``--ip``) -> reattached with it;
+- ``other_image``: running from another image (an older recipe of scripts/build-image after
+  a ``git pull``, another sandbox_node_image) or privilege -> kept as it is, with a warning:
+  recreating it would lose its etcd data.
+
+A node running from the right image, with its privilege and address, is in none of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _privileged(node: dict[str, Any], privileged_groups: list[str]) -> bool:
+    return bool(set(node.get("groups") or []) & set(privileged_groups or []))
+
+
+def podman_nodes_plan(containers: list[dict[str, Any]], nodes: list[dict[str, Any]], image: str,
+                      privileged_groups: list[str], network: str) -> dict[str, list[dict[str, Any]]]:
+    """The plan (see the module's docstring); ``containers``: podman inspect's list."""
+    by_name = {c.get("Name"): c for c in containers or []}
+    plan: dict[str, list[dict[str, Any]]] = {
+        "create": [], "start": [], "start_other_image": [], "reattach": [], "other_image": []}
+    for node in nodes or []:
+        c = by_name.get(node["container"])
+        if c is None:
+            plan["create"].append(node)
+            continue
+        same = (c.get("ImageName") == image and bool((c.get("HostConfig") or {}).get("Privileged"))
+                == _privileged(node, privileged_groups))
+        if not (c.get("State") or {}).get("Running"):
+            plan["start"].append(node)
+            if not same:
+                plan["start_other_image"].append(node)
+            continue
+        networks = (c.get("NetworkSettings") or {}).get("Networks") or {}
+        address = (networks.get(network) or {}).get("IPAddress") or ""
+        if not same:
+            plan["other_image"].append(node)
+        elif address != node["address"]:
+            plan["reattach"].append(node)
+    return plan
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"podman_nodes_plan": podman_nodes_plan}

@@ -1,0 +1,96 @@
+"""roles/podman_nodes' choice of what podman does to each node (filter podman_nodes_plan),
+on podman inspect's own fields, in every case the scenarios and users meet: a cold `up`, a
+warm one, a node cut off its network (the etcd scenario's fault b and its repair), a node
+reattached without its address, a stopped node (podman stop, a host reboot), a new node image
+(the etcd scenario's case f: running nodes kept, a stopped one started as it is), a changed
+privilege, a node added to the topology (add-members) and a container of a removed node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import load_plugin
+
+plan_of = load_plugin("roles/podman_nodes/filter_plugins/podman_nodes.py").podman_nodes_plan
+
+IMAGE = "localhost/k0s-etcd-sandbox-node:abc123"
+OTHER = "localhost/k0s-etcd-sandbox-node:molecule-other-recipe"
+NET = "k0sbox-t"
+NODES = [{"name": n, "container": f"k0sbox-t-{n}", "address": f"10.213.230.{11 + i}",
+          "groups": ["k0s_controller"] if n == "k0s-1" else ["etcd"]}
+         for i, n in enumerate(["etcd-1", "etcd-2", "etcd-3", "k0s-1"])]
+
+
+def container(node: dict[str, Any], running: bool = True, image: str = IMAGE,
+              address: str | None = None, privileged: bool | None = None,
+              network: str = NET) -> dict[str, Any]:
+    """What podman inspect says of a node's container (the fields the plan reads)."""
+    networks = {} if address == "" else {network: {"IPAddress": address or node["address"]}}
+    return {"Name": node["container"], "ImageName": image,
+            "HostConfig": {"Privileged": (node["name"] == "k0s-1") if privileged is None
+                           else privileged},
+            "State": {"Running": running, "Status": "running" if running else "exited"},
+            "NetworkSettings": {"Networks": networks}}
+
+
+def plan(containers: list[dict[str, Any]]) -> dict[str, list[str]]:
+    out = plan_of(containers, NODES, IMAGE, ["k0s_controller"], NET)
+    return {k: [n["name"] for n in v] for k, v in out.items() if v}
+
+
+def test_cold_up_creates_every_node() -> None:
+    assert plan([]) == {"create": ["etcd-1", "etcd-2", "etcd-3", "k0s-1"]}
+
+
+def test_warm_up_touches_nothing() -> None:
+    assert plan([container(n) for n in NODES]) == {}
+
+
+@pytest.mark.parametrize("address", ["", "10.213.230.99"], ids=["cut-off", "wrong-address"])
+def test_a_running_node_without_its_address_is_reattached(address: str) -> None:
+    cs = [container(n) for n in NODES]
+    cs[1] = container(NODES[1], address=address)
+    assert plan(cs) == {"reattach": ["etcd-2"]}
+
+
+def test_an_address_on_another_network_does_not_count() -> None:
+    cs = [container(n) for n in NODES]
+    cs[0] = container(NODES[0], network="podman")
+    assert plan(cs) == {"reattach": ["etcd-1"]}
+
+
+def test_a_stopped_node_is_started_as_it_is() -> None:
+    cs = [container(n) for n in NODES]
+    cs[2] = container(NODES[2], running=False, address="")
+    assert plan(cs) == {"start": ["etcd-3"]}
+
+
+def test_a_new_image_keeps_running_nodes_and_starts_a_stopped_one() -> None:
+    """The etcd scenario's case (f): every container from the image now called another
+    recipe's, the last member stopped."""
+    cs = [container(n, image=OTHER) for n in NODES[:3]]
+    cs[2] = container(NODES[2], image=OTHER, running=False)
+    assert plan(cs) == {"create": ["k0s-1"], "start": ["etcd-3"],
+                        "start_other_image": ["etcd-3"], "other_image": ["etcd-1", "etcd-2"]}
+
+
+def test_another_image_is_kept_even_without_its_address() -> None:
+    cs = [container(n) for n in NODES]
+    cs[1] = container(NODES[1], image=OTHER, address="")
+    assert plan(cs) == {"other_image": ["etcd-2"]}
+
+
+def test_a_changed_privilege_counts_as_another_image() -> None:
+    cs = [container(n) for n in NODES]
+    cs[3] = container(NODES[3], privileged=False)
+    cs[0] = container(NODES[0], running=False, privileged=True)
+    assert plan(cs) == {"other_image": ["k0s-1"], "start": ["etcd-1"],
+                        "start_other_image": ["etcd-1"]}
+
+
+def test_add_members_creates_only_the_new_nodes_and_ignores_removed_ones() -> None:
+    removed = {"name": "etcd-9", "container": "k0sbox-t-etcd-9", "address": "10.213.230.99",
+               "groups": ["etcd"]}
+    cs = [container(n) for n in NODES[:2]] + [container(removed), container(NODES[3])]
+    assert plan(cs) == {"create": ["etcd-3"]}
