@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from . import apiserver, day2, inventory, kube, progress, remote, report, runner
+from . import apiserver, chaos, day2, inventory, kube, progress, remote, report, runner
 from .context import (
     Failure,
     UsageError,
@@ -344,6 +344,7 @@ def build_parser() -> Parser:
     i = add("inventory", "the hosts, groups and variables Ansible gets", cmd_inventory)
     i.add_argument("--json", action="store_true", help="JSON (for the Vagrantfile)")
     day2.add_commands(add)
+    chaos.add_commands(add)
     return p
 
 
