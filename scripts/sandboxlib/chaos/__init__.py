@@ -66,16 +66,23 @@ def schedule(faults: list[str], duration: float, start: float, inject: Callable[
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
+    try:
+        return run(args)
+    except (api.ApiError, nemesis.NemesisError, workload.WorkloadError) as exc:
+        raise Failure(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
     faults = check_args(args)
     sb = resolve(args)
-    need_tool(sb.backend)
-    check_owner(sb)
     if sb.backend != "podman":
         raise UsageError("chaos: the faults act on podman containers and networks: run it on "
                          "a podman sandbox (--backend podman)")
     if not sb.topo.tenants or len(sb.topo.group("etcd")) < 3:
         raise UsageError(f"chaos: topology '{sb.topo.name}' needs tenants and 3 or more etcd "
                          "members (a fault must leave a quorum), e.g. -t multi-tenant")
+    need_tool(sb.backend)
+    check_owner(sb)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     st = selftest.run(seed, histories=6, n_ops=300)
     if not st.ok:
@@ -119,9 +126,14 @@ def cmd_chaos(args: argparse.Namespace) -> int:
             ctx.screen.line(f"    workload started: {len(wl.runs)} tenants")
             schedule(faults, args.duration, wl.t0,
                      lambda f: hist.faults.append(nem.inject(f, HOLD)), ctx.screen.line)
-        finally:
-            wl.stop()
-            health = nem.heal_all()
+        except BaseException:
+            wl.abort()
+            why = nem.heal_all()
+            ctx.screen.line(f"    faults healed: {why or 'cluster healthy, hashkv equal'}")
+            raise
+        wl.stop()
+        health = nem.heal_all()
+        ctx.screen.line(f"    faults healed: {health or 'cluster healthy, hashkv equal'}")
         wl.finish()
         wl.cleanup()
     rep = checker.check(hist)

@@ -172,16 +172,19 @@ def _op_json(op: Op) -> dict[str, Any]:
 
 # -- the checks ----------------------------------------------------------------------------
 def _classify(sub: Sequence[Op]) -> str:
-    """A name for what the smallest sub-history shows."""
+    """A name for what the smallest sub-history shows: a read of a value nobody wrote, else
+    by its last answered operation (the one no order can satisfy after the others)."""
     values = {o.value for o in sub if o.value is not None}
     for o in sub:
         seen = _observed(o)
         if seen is not None and seen[0] and seen[1] not in values:
             return "read-of-unwritten-value"
-    if any(o.kind == "cas" and o.result.get("succeeded") for o in sub):
-        return "cas-on-old-revision"
-    if any(o.kind == "read" for o in sub):
+    answered = [o for o in sub if o.outcome == "ok" and o.complete is not None]
+    last = max(answered, key=lambda o: o.complete or 0.0) if answered else None
+    if last is not None and last.kind == "read":
         return "stale-read"
+    if last is not None and last.kind == "cas" and last.result.get("succeeded"):
+        return "cas-on-old-revision"
     return "non-linearizable"
 
 

@@ -29,6 +29,17 @@ def op_counts(hist: History) -> dict[str, dict[str, int]]:
     return {k: dict(v) for k, v in sorted(out.items())}
 
 
+def by_tenant(hist: History) -> dict[str, dict[str, dict[str, int]]]:
+    """{tenant: {"etcd": {"operations": n, "acknowledged writes": n}, "api": ...}}"""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for op in hist.ops:
+        c = out.setdefault(op.tenant, {}).setdefault(op.iface, {"operations": 0,
+                                                                 "acknowledged writes": 0})
+        c["operations"] += 1
+        c["acknowledged writes"] += op.acknowledged
+    return out
+
+
 def unavailability(hist: History) -> list[dict[str, Any]]:
     """Per fault, per tenant and interface: seconds from the injection to the answer of the
     first acknowledged write invoked after it (None: none came)."""
@@ -57,6 +68,7 @@ def build(hist: History, rep: Report, selftest: dict[str, Any],
         "meta": hist.meta,
         "operations": op_counts(hist),
         "total_operations": len(hist.ops),
+        "by_tenant": by_tenant(hist),
         "faults": [{"name": f.name, "target": f.target, "start": round(f.start, 2),
                     "healed": None if f.healed is None else round(f.healed, 2),
                     "healthy": None if f.end is None else round(f.end, 2), "note": f.note}
@@ -78,6 +90,10 @@ def text(data: dict[str, Any]) -> str:
     lines = ["operations (outcome counts):"]
     for name, counts in data["operations"].items():
         lines.append(f"  {name:<34} " + "  ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    for tenant, ifaces in data["by_tenant"].items():
+        lines.append(f"  {tenant}: " + "; ".join(
+            f"{i} {c['operations']} operations, {c['acknowledged writes']} acknowledged writes"
+            for i, c in sorted(ifaces.items())))
     lines.append("faults (seconds since the start; unavailability = injection to the next "
                  "acknowledged write):")
     for f, u in zip(data["faults"], data["unavailability_seconds"], strict=True):

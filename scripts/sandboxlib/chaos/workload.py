@@ -287,6 +287,18 @@ class Workload:
                 except subprocess.TimeoutExpired:
                     run.proc.kill()
 
+    def abort(self) -> None:
+        """Everything stops at once (an error or Ctrl-C): the agents lose their stdin."""
+        self.api_stop.set()
+        self.watch_stop.set()
+        for run in self.runs:
+            if run.proc is not None:
+                close(run.proc.stdin)
+                try:
+                    run.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    run.proc.kill()
+
     def cleanup(self) -> None:
         """The run's keys and custom resources (the CRD stays for the next run)."""
         for run in self.runs:
