@@ -280,17 +280,15 @@ class Workload:
         for run in self.runs:
             for _, _, th in run.api_watches:
                 th.join(timeout=20)
-            if run.proc is not None:
-                close(run.proc.stdin)
-                try:
-                    run.proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    run.proc.kill()
+        self.end_agents()
 
     def abort(self) -> None:
         """Everything stops at once (an error or Ctrl-C): the agents lose their stdin."""
         self.api_stop.set()
         self.watch_stop.set()
+        self.end_agents()
+
+    def end_agents(self) -> None:
         for run in self.runs:
             if run.proc is not None:
                 close(run.proc.stdin)
