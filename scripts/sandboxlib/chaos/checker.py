@@ -30,8 +30,9 @@ from .history import History, Op, Watch
 # beyond this many states or seconds.
 MAX_STATES = 2_000_000
 MAX_SECONDS = 60.0
-# The search for a smallest failing sub-history stops after this many trials.
+# The search for a smallest failing sub-history stops after this many trials or seconds.
 MINIMIZE_TRIALS = 400
+MINIMIZE_SECONDS = 60.0
 
 
 @dataclass
@@ -128,9 +129,10 @@ def minimal(ops: Sequence[Op], fails: Callable[[Sequence[Op]], bool],
     whose dependencies are all in it (``explained``); ``ops`` itself must fail."""
     full = list(ops)
     budget = [trials]
+    deadline = time.monotonic() + MINIMIZE_SECONDS
 
     def test(sub: Sequence[Op]) -> bool:
-        if budget[0] <= 0:
+        if budget[0] <= 0 or time.monotonic() > deadline:
             return False
         budget[0] -= 1
         return explained(sub, full) and fails(sub)

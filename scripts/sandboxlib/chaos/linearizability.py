@@ -27,6 +27,7 @@ every answered operation is linearized.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from .history import Op
 
 State = tuple[str | None, int | None, int]
 INITIAL: State = (None, 0, 0)
+# The value of a write of unknown outcome that no operation saw (see interchangeable).
+HIDDEN = "\x00a value nobody saw"
 
 
 def _match(s: State, value: str | None, rev: int | None) -> State | None:
@@ -148,11 +151,35 @@ def checkable(ops: Sequence[Op]) -> list[Op]:
     return out
 
 
+def interchangeable(ops: Sequence[Op]) -> tuple[list[Op], list[tuple[str, int] | None]]:
+    """The operations as the search sees them, and each one's class of interchangeable ones.
+
+    Writes of unknown outcome whose value no operation saw (and deletes of unknown outcome)
+    differ only in when they were invoked: each leaves the key holding a value nobody saw
+    (HIDDEN, revision unknown) or absent. Once invoked they stay available to the end (no
+    return entry), so at any point of the search the first one of a class that is available
+    is as good as any other: trying the others again would only explore the same futures.
+    That keeps the search from trying every subset of them -- exponential in their number --
+    when it must prove that no order exists."""
+    seen = {str(o.result.get("value")) for o in ops
+            if o.outcome == "ok" and o.result.get("found")}
+    out: list[Op] = []
+    classes: list[tuple[str, int] | None] = []
+    for op in ops:
+        if op.outcome == "unknown" and (op.kind == "delete" or op.value not in seen):
+            classes.append((op.kind, int(op.expected or 0)))
+            out.append(op if op.kind == "delete" else dataclasses.replace(op, value=HIDDEN))
+        else:
+            classes.append(None)
+            out.append(op)
+    return out, classes
+
+
 def check(ops: Sequence[Op], max_states: int = 2_000_000, max_seconds: float = 60.0,
           initial: State = INITIAL) -> Result:
     """Whether ``ops`` (one key's, see checkable) is linearizable from ``initial``."""
     t0 = time.monotonic()
-    ops = list(ops)
+    ops, eq = interchangeable(ops)
     n = len(ops)
     entries: list[tuple[float, int, int]] = []       # (time, 0 call / 1 return, op index)
     for i, op in enumerate(ops):
@@ -190,7 +217,8 @@ def check(ops: Sequence[Op], max_states: int = 2_000_000, max_seconds: float = 6
     state = initial
     linearized = 0
     cache: set[tuple[int, State]] = set()
-    stack: list[tuple[int, State]] = []
+    stack: list[tuple[int, State, frozenset[tuple[str, int]]]] = []
+    tried: frozenset[tuple[str, int]] = frozenset()   # classes tried in this walk
     entry = nxt[head]
     states = 0
     longest = 0
@@ -199,6 +227,12 @@ def check(ops: Sequence[Op], max_states: int = 2_000_000, max_seconds: float = 6
             return Result(True, states, time.monotonic() - t0, n)
         if entry != -1 and is_call[entry]:
             i = op_of[entry]
+            cls = eq[i]
+            if cls is not None:
+                if cls in tried:
+                    entry = nxt[entry]
+                    continue
+                tried = tried | {cls}
             new = step(state, ops[i])
             if new is not None:
                 key = (linearized | (1 << i), new)
@@ -208,7 +242,8 @@ def check(ops: Sequence[Op], max_states: int = 2_000_000, max_seconds: float = 6
                     if states > max_states or (states & 0xFFF == 0
                                                and time.monotonic() - t0 > max_seconds):
                         return Result(None, states, time.monotonic() - t0, longest)
-                    stack.append((entry, state))
+                    stack.append((entry, state, tried))
+                    tried = frozenset()
                     state = new
                     linearized |= 1 << i
                     unlink(entry)
@@ -223,7 +258,7 @@ def check(ops: Sequence[Op], max_states: int = 2_000_000, max_seconds: float = 6
         # A return entry of an operation not linearized (or the end): undo the last choice.
         if not stack:
             return Result(False, states, time.monotonic() - t0, longest)
-        entry, state = stack.pop()
+        entry, state, tried = stack.pop()
         i = op_of[entry]
         linearized &= ~(1 << i)
         if ret_of[i] != -1:
