@@ -109,24 +109,29 @@ class Nemesis:
         raw = res.stdout.strip().strip('"')
         return int(raw) if raw.isdigit() else 1000
 
+    # Every member healthy; then the KV hash of every member at the lowest revision they
+    # all have (clients may be writing: at each member's latest revision they would differ).
+    HEALTH = ("etcdctl --command-timeout=5s endpoint health --cluster >/dev/null && "
+              "rev=$(etcdctl --command-timeout=5s endpoint status --cluster -w json | python3 -c "
+              "'import json,sys; print(min(s[\"Status\"][\"header\"][\"revision\"] "
+              "for s in json.load(sys.stdin)))') && "
+              "etcdctl --command-timeout=5s endpoint hashkv --cluster --rev=$rev -w json")
+
     def healthy(self, timeout: float = HEALTH_TIMEOUT) -> str:
         """'' once every member is healthy with equal hashkv; else why not (after timeout)."""
         deadline = time.time() + timeout
         why = "not asked"
         while time.time() < deadline:
             for m in self.members:
-                res = self.ssh(m.name, "etcdctl --command-timeout=5s endpoint health --cluster "
-                               "&& etcdctl --command-timeout=5s endpoint hashkv --cluster -w json",
-                               timeout=30)
+                res = self.ssh(m.name, self.HEALTH, timeout=30)
                 if res.returncode != 0:
                     last = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["?"]
                     why = f"{m.name}: {last[0][:200]}"
                     continue
                 try:
-                    hashes = [h["HashKV"]["hash"] for h in
-                              json.loads(res.stdout[res.stdout.index("["):])]
+                    hashes = [h["HashKV"]["hash"] for h in json.loads(res.stdout)]
                 except (ValueError, KeyError, TypeError):
-                    why = f"{m.name}: unreadable hashkv"
+                    why = f"{m.name}: unreadable hashkv {res.stdout[:100]!r}"
                     continue
                 if len(hashes) == len(self.members) and len(set(hashes)) == 1:
                     return ""
