@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from conftest import base_topology, run_sandbox
 from sandboxlib.chaos import checker, report, selftest
 from sandboxlib.chaos.history import Fault, History
@@ -79,3 +80,40 @@ def test_cli_refuses_bad_input(tmp_path: Path, write_topology: Callable[..., Pat
         res = run_sandbox(["chaos", "-t", topo, *extra], tmp_path)
         assert want in _one_line_error(res)
     assert not (tmp_path / "t-chaos").exists()     # nothing written, no log
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def test_schedule_injects_in_order_and_says_what_it_skipped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandboxlib import chaos
+
+    clock = _Clock()
+    monkeypatch.setattr(chaos.time, "time", clock.time)
+    monkeypatch.setattr(chaos.time, "sleep", clock.sleep)
+    done: list[tuple[str, float]] = []
+    said: list[str] = []
+
+    def inject(fault: str) -> None:
+        done.append((fault, clock.now - 1000.0))
+        clock.now += 15          # a fault with its healing takes 15 s here
+
+    chaos.schedule(["kill-leader", "partition-leader"], 60, 1000.0, inject, said.append)
+    assert done == [("kill-leader", 8.0), ("partition-leader", 31.0)]
+    assert clock.now - 1000.0 == 60 and "without faults" in said[-1]
+    done.clear()
+    said.clear()
+    clock.now = 1000.0
+    chaos.schedule(["kill-leader", "kill-all", "pause-leader"], 30, 1000.0, inject, said.append)
+    assert done == [("kill-leader", 5.0)]      # the first after duration/6 when that is less
+    assert said == ["    skipped (no time left in --duration): kill-all, pause-leader",
+                    "    workload goes on for 2s without faults"]
