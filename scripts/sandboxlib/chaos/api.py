@@ -236,9 +236,13 @@ class ApiWatch:
                 version = rv(obj)
                 if version is None or ev.get("type") == "BOOKMARK":
                     continue
+                # A DELETED event carries the object as it was, at the delete's revision:
+                # its value is not a write at that revision.
+                value = (None if ev.get("type") == "DELETED"
+                         else (obj.get("spec") or {}).get("value"))
                 self.emit({"type": "event", "key": (obj.get("metadata") or {}).get("name", "?"),
                            "rev": version, "event": ev.get("type"), "t": self.now(),
-                           "value": (obj.get("spec") or {}).get("value")})
+                           "value": value})
                 self.rv = self.last = max(self.last, version)
             return "stopped"
         except (OSError, ValueError, http.client.HTTPException) as exc:
