@@ -134,3 +134,27 @@ def test_agent_parses_etcdctl_json() -> None:
     assert agent.result("delete", {"header": {"revision": 3}}) == {"deleted": 0}
     assert agent.result("delete", {"header": {"revision": 3}, "deleted": 1}) == {
         "deleted": 1, "rev": 3}
+
+
+def test_agent_reads_watch_responses(capsys: pytest.CaptureFixture[str]) -> None:
+    # etcdctl 3.5.30 watch -w json: one response per line; a DELETE event has "type": 1.
+    agent = Agent.__new__(Agent)
+    agent.cfg = {"prefix": "/t/chaos/r/"}
+    agent.t0, agent.end_rev, agent.watch_last = time.time(), 0, 0
+    agent.lock = threading.Lock()
+    agent.end_seen = threading.Event()
+    resp = {"Header": {"revision": 6}, "Events": [
+        {"kv": {"key": "L3QvY2hhb3Mvci9r", "mod_revision": 5, "value": "djY="}},
+        {"type": 1, "kv": {"key": "L3QvY2hhb3Mvci9r", "mod_revision": 6}},
+        {"kv": {"key": "L3QvYXBp", "mod_revision": 6, "value": "eyJhIjoxfQ=="}}],
+        "CompactRevision": 0, "Canceled": False, "Created": False}
+    assert agent.watch_response(resp, 5) == 7
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(e["key"], e["rev"], e["event"], e["value"]) for e in lines] == [
+        ("/t/chaos/r/k", 5, "PUT", "v6"), ("/t/chaos/r/k", 6, "DELETE", None),
+        ("/t/api", 6, "PUT", None)]           # values kept for the run's keys only
+    compacted = {"Header": {"revision": 20}, "Events": [], "CompactRevision": 12,
+                 "Canceled": True}
+    assert agent.watch_response(compacted, 7) == 12
+    gap = json.loads(capsys.readouterr().out)
+    assert gap == {"type": "gap", "from": 7, "to": 11, "why": "compacted at 12"}

@@ -210,7 +210,7 @@ class Agent:
             kv = ev.get("kv") or {}
             key = base64.b64decode(kv.get("key", "")).decode(errors="replace")
             mod = int(kv.get("mod_revision", 0))
-            deleted = int(ev.get("type", 0) or 0) == 1 or ev.get("type") == "DELETE"
+            deleted = ev.get("type") in (1, "DELETE")
             value = None
             if not deleted and key.startswith(self.cfg["prefix"]):
                 value = base64.b64decode(kv.get("value", "")).decode(errors="replace")
