@@ -243,3 +243,17 @@ def test_minimal_keeps_what_a_read_depends_on() -> None:
     small = checker.minimal(ops, lambda s: linearizability.check(s).ok is False)
     assert checker.explained(small, ops)
     assert 1 in {o.id for o in small} and len(small) <= 3
+
+
+def test_watch_values_are_matched_within_their_interface() -> None:
+    # The same value written through etcd and through the API (two registers): each watch
+    # compares its events with the writes of its own interface.
+    etcd_put = put(0, 0, 1, "chaos-end", 10)
+    api_create = Op(id=1, process="t/api-0", tenant="t", iface="api", kind="create",
+                    key="t-end", invoke=2, complete=3, outcome="ok", value="chaos-end",
+                    result={"rev": 11})
+    w_etcd = _watch([("/t/k", 10, "chaos-end")], end=10)
+    w_api = Watch(name="t/api-watch", tenant="t", iface="api", prefix="registers", start_rev=9,
+                  events=[WatchEvent("t-end", 11, "ADDED", "chaos-end", 3.0)], end_rev=11,
+                  reached_end=True)
+    assert types(hist(etcd_put, api_create, watches=[w_etcd, w_api])) == []

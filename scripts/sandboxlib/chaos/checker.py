@@ -301,8 +301,8 @@ def check_watch(hist: History, w: Watch, report: Report, foreign: Callable[[str]
     where = f"{w.tenant} {w.iface} watch {w.name}"
     report.watch_events += len(w.events)
     report.reported_gaps += len(w.reported_gaps)
-    values: dict[str, Op] = {o.value: o for o in hist.ops
-                             if o.value is not None and o.kind != "read" and o.tenant == w.tenant}
+    values: dict[str, Op] = {o.value: o for o in hist.ops if o.value is not None
+                             and o.kind != "read" and o.tenant == w.tenant and o.iface == w.iface}
 
     def bad(kind: str, msg: str, events: list[Any], ops: Sequence[Op] = ()) -> None:
         report.anomalies.append(Anomaly(kind, where, msg, ops=[_op_json(o) for o in ops],

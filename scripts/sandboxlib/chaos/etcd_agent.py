@@ -241,7 +241,7 @@ class Agent:
                 time.sleep(1)
         for _ in range(20):
             op = self.run_op(process, "put", f"{self.cfg['prefix']}end",
-                             f"chaos-{self.cfg['run']}-{self.cfg['tenant']}-end")
+                             f"chaos-{self.cfg['run']}-{self.cfg['tenant']}-end-etcd")
             if op["outcome"] == "ok":
                 self.end_rev = int(op["result"]["rev"])
                 if self.watch_last >= self.end_rev:
