@@ -107,10 +107,11 @@ class Watch:
 class Fault:
     name: str                     # e.g. "kill-leader"
     target: str                   # the node(s)
-    start: float                  # injected
+    start: float                  # the injection began
     healed: float | None = None   # healed (or None: could not be healed)
     end: float | None = None      # the cluster healthy again
     note: str = ""
+    injected: float | None = None  # the injection had taken effect (its command returned)
 
 
 @dataclass

@@ -186,17 +186,20 @@ class Nemesis:
             rec.target = leader if fault == "kill-leader" else self.follower(leader)
             rec.start = self.now()
             self.signal([rec.target], "SIGKILL")
+            rec.injected = self.now()
             rec.note = "systemd restarts it (RestartSec)"
         elif fault == "kill-all":
             rec.target = ",".join(m.name for m in self.members)
             rec.start = self.now()
             self.signal([m.name for m in self.members], "SIGKILL")
+            rec.injected = self.now()
             rec.note = "systemd restarts them (RestartSec)"
         elif fault == "pause-leader":
             rec.target = leader
             pause = max(3.0, 3 * self.election_timeout_ms() / 1000)
             rec.start = self.now()
             self.signal([leader], "SIGSTOP")
+            rec.injected = self.now()
             try:
                 time.sleep(pause)
             finally:
@@ -208,6 +211,7 @@ class Nemesis:
             self.disconnected.add(rec.target)
             self.podman("network", "disconnect", self.topo.network_name(),
                         self.container(rec.target))
+            rec.injected = self.now()
             try:
                 time.sleep(hold)
             finally:
@@ -224,6 +228,7 @@ class Nemesis:
                 for r in rules:
                     self.rules.append((c, r))
                     self.iptables(c, r, add=True)
+                rec.injected = self.now()
                 time.sleep(hold)
             finally:
                 self.unpartition()

@@ -41,19 +41,21 @@ def by_tenant(hist: History) -> dict[str, dict[str, dict[str, int]]]:
 
 
 def unavailability(hist: History) -> list[dict[str, Any]]:
-    """Per fault, per tenant and interface: seconds from the injection to the answer of the
-    first acknowledged write invoked after it (None: none came)."""
+    """Per fault, per tenant and interface: seconds from the injection (when its command had
+    returned: the signal delivered, the network cut; the start for replace-member) to the
+    answer of the first acknowledged write invoked after it (None: none came)."""
     rows = []
     tenants = sorted({op.tenant for op in hist.ops})
     for f in hist.faults:
+        at = f.injected if f.injected is not None else f.start
         row: dict[str, Any] = {"fault": f.name, "target": f.target, "start": round(f.start, 2)}
         for t in tenants:
             for iface in ("etcd", "api"):
                 after = [op.complete for op in hist.ops
                          if op.tenant == t and op.iface == iface and op.acknowledged
-                         and op.invoke >= f.start and op.complete is not None
+                         and op.invoke >= at and op.complete is not None
                          and not op.process.endswith("/final")]
-                row[f"{t} {iface}"] = round(min(after) - f.start, 2) if after else None
+                row[f"{t} {iface}"] = round(min(after) - at, 2) if after else None
         rows.append(row)
     return rows
 
@@ -70,6 +72,7 @@ def build(hist: History, rep: Report, selftest: dict[str, Any],
         "total_operations": len(hist.ops),
         "by_tenant": by_tenant(hist),
         "faults": [{"name": f.name, "target": f.target, "start": round(f.start, 2),
+                    "injected": None if f.injected is None else round(f.injected, 2),
                     "healed": None if f.healed is None else round(f.healed, 2),
                     "healthy": None if f.end is None else round(f.end, 2), "note": f.note}
                    for f in hist.faults],
@@ -94,13 +97,14 @@ def text(data: dict[str, Any]) -> str:
         lines.append(f"  {tenant}: " + "; ".join(
             f"{i} {c['operations']} operations, {c['acknowledged writes']} acknowledged writes"
             for i, c in sorted(ifaces.items())))
-    lines.append("faults (seconds since the start; unavailability = injection to the next "
-                 "acknowledged write):")
+    lines.append("faults (seconds since the start; unavailability = from the fault in effect "
+                 "to the next acknowledged write):")
     for f, u in zip(data["faults"], data["unavailability_seconds"], strict=True):
         per = "  ".join(f"{k} {'-' if v is None else f'{v:.1f}s'}" for k, v in u.items()
                         if k not in ("fault", "target", "start"))
         lines.append(f"  {f['name']:<18} on {f['target']:<12} at {f['start']:>6.1f}  "
-                     f"healed {_s(f['healed'])}  healthy {_s(f['healthy'])}  | {per}")
+                     f"in effect {_s(f['injected'])}  healed {_s(f['healed'])}  "
+                     f"healthy {_s(f['healthy'])}  | {per}")
     for w in data["watches"]:
         lines.append(f"  watch {w['name']}: {w['events']} events from revision "
                      f"{w['start_rev']}, {w['restarts']} restarts, "
@@ -124,7 +128,7 @@ def text(data: dict[str, Any]) -> str:
 
 
 def _s(v: float | None) -> str:
-    return "never" if v is None else f"{v:.1f}"
+    return "-" if v is None else f"{v:.1f}"
 
 
 def timeline(hist: History, path: Path, title: str) -> None:
@@ -163,7 +167,8 @@ def timeline(hist: History, path: Path, title: str) -> None:
     ax.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items()]
               + [Patch(color="#90a4ae", alpha=0.4, label="fault (injected -> healthy)"),
                  Patch(color="#1565c0", label="watch event (| ; x restart)")],
-              loc="upper right", fontsize=7, ncol=5)
+              loc="upper center", bbox_to_anchor=(0.5, -0.08 - 1.0 / (3 + len(rows))),
+              fontsize=8, ncol=5, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
