@@ -145,7 +145,8 @@ def timeline(hist: History, path: Path, title: str) -> None:
     for f in hist.faults:
         stop = f.end if f.end is not None else (f.healed or end)
         ax.axvspan(f.start, stop, color="#90a4ae", alpha=0.25, lw=0)
-        ax.text(f.start, len(rows) - 0.4, f"{f.name}\n{f.target}", fontsize=7, va="top")
+        target = f.target if len(f.target) <= 12 else "every member"
+        ax.text(f.start, len(rows) - 0.4, f"{f.name}\n{target}", fontsize=7, va="top")
     index = {r: i for i, r in enumerate(rows)}
     spans: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for op in hist.ops:
