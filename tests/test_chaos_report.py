@@ -66,6 +66,15 @@ def _one_line_error(res: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+def test_fault_lists() -> None:
+    from sandboxlib.chaos import nemesis, parse_faults
+
+    assert parse_faults("all") == list(nemesis.FAULTS)
+    assert parse_faults("all,all") == list(nemesis.FAULTS) * 2
+    assert parse_faults("kill-leader, kill-all,kill-leader") == [
+        "kill-leader", "kill-all", "kill-leader"]
+
+
 def test_cli_refuses_bad_input(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
     doc = base_topology()
     doc["name"] = "t-chaos"

@@ -30,8 +30,9 @@ HOLD = 8.0           # how long a partition or disconnection lasts
 
 
 def parse_faults(raw: str) -> list[str]:
-    names = list(nemesis.FAULTS) if raw == "all" else [f.strip() for f in raw.split(",")
-                                                        if f.strip()]
+    """The faults of --faults, in order; ``all`` stands for every fault (``all,all``: twice)."""
+    names = [n for f in raw.split(",") if f.strip()
+             for n in (nemesis.FAULTS if f.strip() == "all" else (f.strip(),))]
     bad = [f for f in names if f not in nemesis.FAULTS]
     if bad or not names:
         raise UsageError(f"chaos --faults {raw}: unknown fault(s) {', '.join(bad) or '(none)'}; "
@@ -166,7 +167,7 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
                    help="seconds of workload (default 60); a fault under way is healed first")
     c.add_argument("--faults", default="all", metavar="LIST",
                    help=f"comma-separated faults, injected in order, each once (name one "
-                        f"twice to repeat it): "
+                        f"twice to repeat it; all: every fault, all,all: twice): "
                         f"{', '.join(nemesis.FAULTS)} (default: all)")
     c.add_argument("--clients", type=int, default=2, metavar="N",
                    help="etcd clients per tenant (default 2; API clients: half as many, at "
