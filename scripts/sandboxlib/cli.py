@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from . import apiserver, day2, inventory, kube, progress, remote, report, runner, specs
+from . import apiserver, chaos, day2, inventory, kube, progress, remote, report, runner, specs
 from .context import (
     Failure,
     UsageError,
@@ -340,6 +340,7 @@ def build_parser() -> Parser:
     i = add("inventory", "the hosts, groups and variables Ansible gets", cmd_inventory)
     i.add_argument("--json", action="store_true", help="JSON (for the Vagrantfile)")
     day2.add_commands(add)
+    chaos.add_commands(add)
     return p
 
 

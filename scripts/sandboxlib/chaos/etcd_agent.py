@@ -1,0 +1,284 @@
+"""The etcd side of the chaos workload, run ON a tenant's controller (python3, standard library
+only: ``scripts/sandbox chaos`` copies this file there and starts it over SSH).
+
+It uses etcdctl with exactly what kube-apiserver uses there (k0s.yaml's endpoints and the
+tenant's CA, certificate and key; under etcd RBAC the tenant's user, confined to its
+prefix): clients put, get (linearizable and serializable), compare-and-swap on mod_revision
+(``etcdctl txn``) and delete keys under the run's prefix, and one ``etcdctl watch`` follows
+the tenant's whole prefix from a known revision. One JSON object per line on stdout: ``ready``
+(the start revision), ``op`` (an operation, invoked and answered), ``event`` / ``restart`` /
+``gap`` (the watch), ``stopped``, ``done``. Commands on stdin: ``stop`` (clients finish
+what they are doing and stop), ``final`` (read every key once more, write the end marker,
+wait until the watch delivered it, exit). Every loop is bounded in count and time; stdin
+closing (the host went away) stops everything.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+OP_TIMEOUT = 12.0          # an etcdctl that has not answered by then is killed (unknown)
+DEFINITE = ("permission denied", "authentication failed", "user name not found",
+            "invalid auth token")
+
+
+class Agent:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.t0 = float(cfg["t0"])
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.final = threading.Event()
+        self.watch_stop = threading.Event()
+        self.seq = 0
+        self.watch_last = 0
+        self.end_rev = 0
+        self.end_seen = threading.Event()
+        base = [cfg.get("etcdctl", "etcdctl"), "--endpoints=" + ",".join(cfg["endpoints"])]
+        if cfg.get("cacert"):
+            base += [f"--cacert={cfg['cacert']}", f"--cert={cfg['cert']}", f"--key={cfg['key']}"]
+        self.base = base
+        self.deadline = time.time() + float(cfg["max_seconds"])
+
+    def now(self) -> float:
+        return time.time() - self.t0
+
+    def emit(self, obj: dict[str, Any]) -> None:
+        with self.lock:
+            sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+            sys.stdout.flush()
+
+    def etcdctl(self, args: list[str], stdin: str | None = None,
+                timeout: float = OP_TIMEOUT) -> tuple[int, dict[str, Any], str]:
+        cmd = [*self.base, "--dial-timeout=2s", "--command-timeout=5s", "-w", "json", *args]
+        try:
+            res = subprocess.run(cmd, input=stdin, capture_output=True, text=True,
+                                 timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return 124, {}, f"etcdctl did not answer within {timeout:.0f}s"
+        try:
+            out = json.loads(res.stdout) if res.returncode == 0 else {}
+        except ValueError:
+            return 1, {}, "unparsable output: " + res.stdout[:200]
+        return res.returncode, out if isinstance(out, dict) else {}, res.stderr.strip()[-300:]
+
+    # -- operations ---------------------------------------------------------------------
+    def run_op(self, process: str, kind: str, key: str, value: str | None = None,
+               expected: int | None = None, consistency: str = "l") -> dict[str, Any]:
+        with self.lock:
+            self.seq += 1
+            seq = self.seq
+        op: dict[str, Any] = {"type": "op", "seq": seq, "process": process, "kind": kind,
+                              "key": key, "value": value, "expected": expected,
+                              "consistency": consistency, "invoke": self.now()}
+        if kind == "put":
+            rc, out, err = self.etcdctl(["put", key, str(value)])
+        elif kind == "read":
+            rc, out, err = self.etcdctl(["get", key] + (["--consistency=s"]
+                                                        if consistency == "s" else []))
+        elif kind == "delete":
+            rc, out, err = self.etcdctl(["del", key])
+        else:   # cas: the Kubernetes pattern, an update guarded by the mod revision
+            txn = f'mod("{key}") = "{expected}"\n\nput {key} {value}\n\nget {key}\n\n'
+            rc, out, err = self.etcdctl(["txn"], stdin=txn)
+        op["complete"] = self.now()
+        if rc != 0:
+            definite = any(d in err for d in DEFINITE)
+            op["outcome"] = "fail" if kind == "read" or definite else "unknown"
+            op["error"] = err
+            op["result"] = {}
+        else:
+            op["outcome"] = "ok"
+            op["result"] = self.result(kind, out)
+        self.emit(op)
+        return op
+
+    @staticmethod
+    def kv_of(out: Any) -> dict[str, Any]:
+        """found/value/rev from the first ``kvs`` anywhere in etcdctl's JSON."""
+        if isinstance(out, dict):
+            if "kvs" in out:
+                kvs = out.get("kvs") or []
+                if not kvs:
+                    return {"found": False}
+                kv = kvs[0]
+                return {"found": True, "rev": int(kv.get("mod_revision", 0)),
+                        "value": base64.b64decode(kv.get("value", "")).decode()}
+            for v in out.values():
+                got = Agent.kv_of(v)
+                if got:
+                    return got
+        elif isinstance(out, list):
+            for v in out:
+                got = Agent.kv_of(v)
+                if got:
+                    return got
+        return {}
+
+    def result(self, kind: str, out: dict[str, Any]) -> dict[str, Any]:
+        header = int((out.get("header") or {}).get("revision", 0))
+        if kind == "put":
+            return {"rev": header}
+        if kind == "read":
+            return {"header": header, **(self.kv_of(out) or {"found": False})}
+        if kind == "delete":
+            deleted = int(out.get("deleted", 0))
+            return {"deleted": deleted, **({"rev": header} if deleted else {})}
+        if out.get("succeeded"):
+            return {"succeeded": True, "rev": header}
+        return {"succeeded": False, **(self.kv_of(out.get("responses")) or {"found": False})}
+
+    def client(self, index: int) -> None:
+        rng = random.Random(f"{self.cfg['seed']}-{index}")
+        process = f"{self.cfg['tenant']}/etcd-{index}"
+        keys = [f"{self.cfg['prefix']}k{i}" for i in range(int(self.cfg["keys"]))]
+        seen: dict[str, int] = {}
+        n = 0
+        while not self.stop.is_set() and time.time() < self.deadline:
+            n += 1
+            key = rng.choice(keys)
+            roll = rng.random()
+            value = f"chaos-{self.cfg['run']}-{self.cfg['tenant']}-e{index}-{n}"
+            if roll < 0.25:
+                op = self.run_op(process, "put", key, value)
+            elif roll < 0.50:
+                op = self.run_op(process, "read", key)
+            elif roll < 0.60:
+                op = self.run_op(process, "read", key, consistency="s")
+            elif roll < 0.90:
+                op = self.run_op(process, "cas", key, value, expected=seen.get(key, 0))
+            else:
+                op = self.run_op(process, "delete", key)
+            res = op["result"]
+            if op["outcome"] == "ok":
+                if op["kind"] == "delete" and res.get("deleted") or res.get("found") is False:
+                    seen[key] = 0
+                elif res.get("rev") and op["kind"] != "delete":
+                    seen[key] = int(res["rev"])
+            else:
+                self.stop.wait(rng.uniform(0.5, 1.0))    # a client backs off after a failure
+            self.stop.wait(float(self.cfg["pace"]))
+
+    # -- the watch ------------------------------------------------------------------------
+    def watch(self, start: int) -> None:
+        prefix = self.cfg["watch_prefix"]
+        rev = start
+        restarts = 0
+        while not self.watch_stop.is_set() and time.time() < self.deadline and restarts < 200:
+            cmd = [*self.base, "--dial-timeout=2s", "-w", "json", "watch", "--prefix",
+                   f"--rev={rev}", prefix]
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+            stopper = threading.Thread(target=self._kill_on_stop, args=(proc,), daemon=True)
+            stopper.start()
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                try:
+                    resp = json.loads(line)
+                except ValueError:
+                    continue
+                rev = self.watch_response(resp, rev)
+            proc.wait()
+            err = (proc.stderr.read() if proc.stderr else "").strip()[-200:]
+            if self.watch_stop.is_set():
+                break
+            restarts += 1
+            self.emit({"type": "restart", "t": self.now(), "from": rev, "reason": err})
+            self.watch_stop.wait(1.0)
+
+    def _kill_on_stop(self, proc: subprocess.Popen[str]) -> None:
+        while proc.poll() is None:
+            if self.watch_stop.wait(0.5) or time.time() > self.deadline:
+                proc.kill()
+                return
+
+    def watch_response(self, resp: dict[str, Any], rev: int) -> int:
+        """Emit the response's events; the revision to resume from."""
+        compact = int(resp.get("CompactRevision") or 0)
+        if compact and compact > rev:
+            self.emit({"type": "gap", "from": rev, "to": compact - 1,
+                       "why": f"compacted at {compact}"})
+            rev = compact
+        for ev in resp.get("Events") or []:
+            kv = ev.get("kv") or {}
+            key = base64.b64decode(kv.get("key", "")).decode(errors="replace")
+            mod = int(kv.get("mod_revision", 0))
+            deleted = ev.get("type") in (1, "DELETE")
+            value = None
+            if not deleted and key.startswith(self.cfg["prefix"]):
+                value = base64.b64decode(kv.get("value", "")).decode(errors="replace")
+            self.emit({"type": "event", "key": key, "rev": mod, "t": self.now(),
+                       "event": "DELETE" if deleted else "PUT", "value": value})
+            self.watch_last = max(self.watch_last, mod)
+            if self.end_rev and mod >= self.end_rev:
+                self.end_seen.set()
+            rev = max(rev, mod + 1)
+        return rev
+
+    # -- the phases ------------------------------------------------------------------------
+    def start_revision(self) -> int:
+        for _ in range(30):
+            rc, out, _ = self.etcdctl(["get", self.cfg["prefix"], "--prefix", "--limit=1"])
+            if rc == 0:
+                return int((out.get("header") or {}).get("revision", 0))
+            time.sleep(1)
+        raise SystemExit("no etcd endpoint answered for 30 tries")
+
+    def finish(self) -> None:
+        keys = [f"{self.cfg['prefix']}k{i}" for i in range(int(self.cfg["keys"]))]
+        process = f"{self.cfg['tenant']}/final"
+        for key in keys:
+            for _ in range(20):
+                if self.run_op(process, "read", key)["outcome"] == "ok":
+                    break
+                time.sleep(1)
+        for _ in range(20):
+            op = self.run_op(process, "put", f"{self.cfg['prefix']}end",
+                             f"chaos-{self.cfg['run']}-{self.cfg['tenant']}-end-etcd")
+            if op["outcome"] == "ok":
+                self.end_rev = int(op["result"]["rev"])
+                if self.watch_last >= self.end_rev:
+                    self.end_seen.set()
+                break
+            time.sleep(1)
+        self.end_seen.wait(30)
+        self.emit({"type": "done", "end_rev": self.end_rev, "reached_end": self.end_seen.is_set()})
+
+    def commands(self) -> None:
+        for line in sys.stdin:
+            cmd = line.strip()
+            if cmd == "stop":
+                self.stop.set()
+            elif cmd == "final":
+                self.final.set()
+        self.stop.set()          # the host went away
+        self.final.set()
+
+    def main(self) -> None:
+        start = self.start_revision()
+        self.emit({"type": "ready", "start_rev": start, "t": self.now()})
+        threading.Thread(target=self.commands, daemon=True).start()
+        watcher = threading.Thread(target=self.watch, args=(start + 1,), daemon=True)
+        watcher.start()
+        clients = [threading.Thread(target=self.client, args=(i,), daemon=True)
+                   for i in range(int(self.cfg["clients"]))]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join(timeout=max(1.0, self.deadline - time.time()))
+        self.emit({"type": "stopped", "t": self.now()})
+        self.final.wait(max(1.0, self.deadline - time.time()))
+        self.finish()
+        self.watch_stop.set()
+        watcher.join(timeout=5)
+
+
+if __name__ == "__main__":
+    Agent(json.loads(sys.argv[1])).main()

@@ -1,0 +1,128 @@
+"""The chaos report (scripts/sandboxlib/chaos/report.py) on a generated history with faults:
+counts by kind and outcome, unavailability per fault and tenant, the text, the JSON and the
+timeline picture; and the CLI's refusals of bad input (exit 2, before anything runs)."""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import base_topology, run_sandbox
+from sandboxlib.chaos import checker, report, selftest
+from sandboxlib.chaos.history import Fault, History
+
+
+def _history() -> History:
+    h = selftest.generate(random.Random(9), 400, n_keys=4, n_procs=3)
+    h.faults = [Fault("kill-leader", "etcd-2", start=10.0, healed=10.5, end=14.0, note="x"),
+                Fault("partition-leader", "etcd-1", start=40.0, healed=48.0, end=None)]
+    return h
+
+
+def test_report_counts_unavailability_and_text() -> None:
+    h = _history()
+    data = report.build(h, checker.check(h), {"ok": True}, "")
+    assert data["anomaly_count"] == 0 and data["lost_acknowledged_writes"] == 0
+    assert sum(sum(c.values()) for c in data["operations"].values()) == len(h.ops)
+    assert "etcd read (serializable)" in data["operations"]
+    first = data["unavailability_seconds"][0]
+    acked_after = [o.complete for o in h.ops if o.acknowledged and o.invoke >= 10.0
+                   and not o.process.endswith("/final") and o.complete is not None]
+    assert first["t etcd"] == round(min(acked_after) - 10.0, 2)
+    assert first["t api"] is None          # no API operation in this history
+    text = report.text(data)
+    assert "kill-leader" in text and "anomalies: 0; lost acknowledged writes: 0" in text
+    assert "healthy -  |" in text           # the second fault never became healthy
+    json.dumps(data)                        # JSON as it is written beside the picture
+    assert "stand-in, not k0s" in data["note"]
+
+
+def test_timeline_png(tmp_path: Path) -> None:
+    path = tmp_path / "timeline.png"
+    report.timeline(_history(), path, "test")
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", head[16:24])
+    assert width > 1000 and height > 150
+
+
+def test_history_json_round_trip(tmp_path: Path) -> None:
+    h = _history()
+    h.save(tmp_path / "h.json")
+    back = History.load(tmp_path / "h.json")
+    assert back.to_json() == h.to_json()
+
+
+def _one_line_error(res: subprocess.CompletedProcess[str]) -> str:
+    err = res.stderr
+    assert res.returncode == 2, err
+    lines = [ln for ln in err.splitlines() if not ln.startswith("bootstrap:")]
+    assert len(lines) == 1 and lines[0].startswith("sandbox: error: chaos"), err
+    return lines[0]
+
+
+def test_fault_lists() -> None:
+    from sandboxlib.chaos import nemesis, parse_faults
+
+    assert parse_faults("all") == list(nemesis.FAULTS)
+    assert parse_faults("all,all") == list(nemesis.FAULTS) * 2
+    assert parse_faults("kill-leader, kill-all,kill-leader") == [
+        "kill-leader", "kill-all", "kill-leader"]
+
+
+def test_cli_refuses_bad_input(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    doc = base_topology()
+    doc["name"] = "t-chaos"
+    topo = str(write_topology(doc))
+    cases = {
+        ("--faults", "kill-leader,nap"): "unknown fault(s) nap",
+        ("--duration", "5"): "--duration 5: give 10 to 3600 seconds",
+        ("--clients", "0"): "--clients 0: give 1 to 8",
+        (): "needs tenants and 3 or more etcd members",
+    }
+    for extra, want in cases.items():
+        res = run_sandbox(["chaos", "-t", topo, *extra], tmp_path)
+        assert want in _one_line_error(res)
+    assert not (tmp_path / "t-chaos").exists()     # nothing written, no log
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def test_schedule_injects_in_order_and_says_what_it_skipped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandboxlib import chaos
+
+    clock = _Clock()
+    monkeypatch.setattr(chaos.time, "time", clock.time)
+    monkeypatch.setattr(chaos.time, "sleep", clock.sleep)
+    done: list[tuple[str, float]] = []
+    said: list[str] = []
+
+    def inject(fault: str) -> None:
+        done.append((fault, clock.now - 1000.0))
+        clock.now += 15          # a fault with its healing takes 15 s here
+
+    chaos.schedule(["kill-leader", "partition-leader"], 60, 1000.0, inject, said.append)
+    assert done == [("kill-leader", 8.0), ("partition-leader", 31.0)]
+    assert clock.now - 1000.0 == 60 and "without faults" in said[-1]
+    done.clear()
+    said.clear()
+    clock.now = 1000.0
+    chaos.schedule(["kill-leader", "kill-all", "pause-leader"], 30, 1000.0, inject, said.append)
+    assert done == [("kill-leader", 5.0)]      # the first after duration/6 when that is less
+    assert said == ["    skipped (no time left in --duration): kill-all, pause-leader",
+                    "    workload goes on for 2s without faults"]
