@@ -22,7 +22,18 @@ from typing import Any, NoReturn
 
 import yaml
 
-from . import apiserver, chaos, day2, inventory, kube, progress, remote, report, runner, specs
+from . import (
+    apiserver,
+    chaos,
+    day2,
+    inventory,
+    kube,
+    progress,
+    remote,
+    report,
+    runner,
+    specs,
+)
 from .context import (
     Failure,
     UsageError,
