@@ -1,0 +1,241 @@
+"""plugins/modules/sandbox_etcd_prefix.py: one tenant's prefix copied at one revision and
+written back in transactions.
+
+Its plain functions, then the module run by Ansible against a real etcd on loopback (etcd and
+etcdctl of roles/etcd's pinned Debian packages, as tests/test_sandbox_etcd.py runs them): a
+copy taken while a client writes equals the prefix as of the copy's revision; the prefix
+replaced by the copy (values with every byte, a leased key, more keys than one transaction
+may hold) while another prefix keeps its keys and revisions; a second run changes nothing;
+a damaged copy and a stale guard are refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import load_plugin, run_module
+from test_sandbox_etcd import Cluster, _etcd_binaries
+
+prefix_mod = load_plugin("plugins/modules/sandbox_etcd_prefix.py")
+
+BINARY = bytes(range(256)) + b'"quoted" \\ back\nslash -flag'
+
+
+def test_range_end_is_the_next_prefix() -> None:
+    assert prefix_mod.range_end(b"/tenant-a/") == b"/tenant-a0"
+    assert prefix_mod.range_end(b"a\xff") == b"b"
+    assert prefix_mod.range_end(b"\xff\xff") == b"\x00"
+
+
+def test_plan_deletes_what_the_copy_lacks_and_puts_what_differs() -> None:
+    def rec(key: str, value: str, mod: int = 5, lease: int = 0) -> dict[str, Any]:
+        return {"key": key.encode(), "value": value.encode(), "mod_revision": mod, "lease": lease}
+
+    copy = [rec("/t/a", "1"), rec("/t/b", "2"), rec("/t/c", "3"), rec("/t/e", "5", lease=7)]
+    now = [rec("/t/a", "1", 9), rec("/t/b", "changed", 10), rec("/t/d", "new", 11),
+           rec("/t/e", "5", 12)]
+    ops = prefix_mod.plan(copy, now)
+    assert [(o["op"], o["key"], o["mod_revision"]) for o in ops] == [
+        ("del", b"/t/d", 11), ("put", b"/t/b", 10), ("put", b"/t/c", 0), ("put", b"/t/e", 12)]
+    assert ops[3]["lease"] is True
+    assert prefix_mod.plan(copy, copy) == []
+
+
+def test_batches_respect_the_operation_and_byte_limits() -> None:
+    ops = [{"op": "put", "key": b"k%03d" % i, "value": b"v" * 96} for i in range(300)]
+    sizes = [len(b) for b in prefix_mod.batches(ops, 128, 10**6)]
+    assert sizes == [128, 128, 44]
+    assert [len(b) for b in prefix_mod.batches(ops, 128, 1000)][:2] == [10, 10]
+    with pytest.raises(prefix_mod.PrefixError, match="more than max_txn_bytes"):
+        prefix_mod.batches(ops, 128, 50)
+
+
+def test_go_quote_escapes_every_byte_outside_printable_ascii() -> None:
+    assert prefix_mod.go_quote(b'a"b\\c\n\xff') == '"a\\"b\\\\c\\x0a\\xff"'
+
+
+# -- the module on a real etcd ---------------------------------------------------------------
+
+
+class Etcd(Cluster):
+    def op(self, **params: Any) -> dict[str, Any]:
+        return run_module("sandbox_etcd_prefix",
+                          {"etcdctl": str(self.bindir / "etcdctl"),
+                           "endpoints": list(self.client.values()), **params})[0]
+
+    def get(self, prefix: str, *extra: str) -> list[dict[str, Any]]:
+        out = json.loads(self.etcdctl("get", "--prefix", prefix, *extra, "-w", "json"))
+        return [prefix_mod.decode_kv(kv) for kv in out.get("kvs", [])]
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
+    tmp = tmp_path_factory.mktemp("etcd-prefix")
+    e = Etcd(tmp, _etcd_binaries(tmp), ["p1"])
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run([str(e.wrapper), "endpoint", "health"], capture_output=True,
+                             check=False).returncode != 0:
+            assert time.monotonic() < deadline, "etcd on loopback did not become healthy in 60 s"
+            time.sleep(0.5)
+        yield e
+    finally:
+        for p in e.procs.values():
+            p.kill()
+            p.wait()
+
+
+def _put(etcd: Etcd, key: str, value: bytes, *extra: str) -> None:
+    subprocess.run([str(etcd.wrapper), "put", *extra, "--", key], input=value, check=True,
+                   capture_output=True)
+
+
+def _values(records: list[dict[str, Any]]) -> dict[bytes, bytes]:
+    return {base64.b64decode(r["key"]): base64.b64decode(r.get("value", "")) for r in records}
+
+
+def test_a_copy_under_writes_is_the_prefix_at_its_revision(etcd: Etcd, tmp_path: Path) -> None:
+    for i in range(40):
+        _put(etcd, f"/ta/obj-{i:03d}", f"v{i}".encode())
+    _put(etcd, "/tb/other", b"not tenant a")
+    stop, written = threading.Event(), []
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            _put(etcd, f"/ta/obj-{i % 60:03d}", f"w{i}".encode())
+            written.append(i)
+            i += 1
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        res = etcd.op(op="dump", prefix="/ta/", dest=str(tmp_path / "ta.tenant"), page=7)
+    finally:
+        stop.set()
+        writer.join()
+    assert res.get("changed") and not res.get("failed"), res
+    lines = (tmp_path / "ta.tenant").read_text().splitlines()
+    header, records = json.loads(lines[0]), [json.loads(x) for x in lines[1:]]
+    # the writer changed the prefix after the copy's revision: the copy is the prefix then
+    assert written and max(int(r["mod_revision"]) for r in etcd.get("/ta/")) > res["revision"]
+    at_rev = etcd.get("/ta/", f"--rev={res['revision']}")
+    assert records == at_rev and len(records) >= 40
+    assert header == {**header, "prefix": "/ta/", "revision": res["revision"],
+                      "key_count": len(records), "format": prefix_mod.FORMAT}
+    assert res["key_count"] == len(records) and res["bytes"] == sum(
+        len(k) + len(v) for k, v in _values(records).items())
+    assert (tmp_path / "ta.tenant").stat().st_mode & 0o777 == 0o600
+    assert not any(base64.b64decode(r["key"]).startswith(b"/tb/") for r in records)
+
+
+def test_replace_makes_the_prefix_the_copy_and_leaves_others_alone(etcd: Etcd, tmp_path: Path) -> None:
+    for i in range(300):
+        _put(etcd, f"/tr/obj-{i:03d}", f"v{i}".encode())
+    _put(etcd, "/tr/binary", BINARY)
+    lease = json.loads(etcd.etcdctl("lease", "grant", "600", "-w", "json"))["ID"]
+    _put(etcd, "/tr/event", b"leased", f"--lease={lease:x}")
+    dump = etcd.op(op="dump", prefix="/tr/", dest=str(tmp_path / "tr.tenant"))
+    copy = _values(etcd.get("/tr/", f"--rev={dump['revision']}"))
+    # afterwards: 250 changed, 50 deleted, 200 new, the binary value changed, the
+    # leased key gone: 502 operations
+    for i in range(250):
+        _put(etcd, f"/tr/obj-{i:03d}", b"changed")
+    etcd.etcdctl("del", "/tr/obj-250", "/tr/obj-300")
+    for i in range(200):
+        _put(etcd, f"/tr/new-{i:03d}", b"new")
+    _put(etcd, "/tr/binary", b"plain")
+    etcd.etcdctl("lease", "revoke", f"{lease:x}")      # the leased key expires meanwhile
+    others = {"/tb/other": b"b", "/tr-other/x": b"outside", "/tq/x": b"q"}
+    for key, value in others.items():
+        _put(etcd, key, value)
+    before = {r["key"]: r["mod_revision"] for p in ("/tb/", "/tr-", "/tq/") for r in etcd.get(p)}
+
+    digest = dump["sha256"]
+    res = etcd.op(op="replace", prefix="/tr/", src=str(tmp_path / "tr.tenant"), sha256=digest)
+    assert res.get("changed") and not res.get("failed"), res
+    assert (res["deleted"], res["put"]) == (200, 302), res
+    assert res["transactions"] == 4                    # 128 operations at most each
+    after = etcd.get("/tr/")
+    assert _values(after) == copy and res["key_count"] == len(copy) == 302
+    assert _values(after)[b"/tr/binary"] == BINARY
+    leased = [r for r in after if base64.b64decode(r["key"]) == b"/tr/event"]
+    assert leased[0]["lease"] not in (0, lease)        # a new lease of lease_ttl
+    assert {r["key"]: r["mod_revision"] for p in ("/tb/", "/tr-", "/tq/") for r in etcd.get(p)} == before
+
+    again = etcd.op(op="replace", prefix="/tr/", src=str(tmp_path / "tr.tenant"), sha256=digest)
+    assert not again.get("changed") and again["transactions"] == 0, again
+
+    # etcd's limit is real: more operations per transaction than --max-txn-ops are refused
+    for i in range(130):
+        _put(etcd, f"/tr/extra-{i:03d}", b"x")
+    refused = etcd.op(op="replace", prefix="/tr/", src=str(tmp_path / "tr.tenant"), sha256=digest,
+                      max_txn_ops=200)
+    assert refused.get("failed") and "too many operations in txn request" in refused["msg"], refused
+    assert len(etcd.get("/tr/extra-")) == 130           # the refused transaction changed nothing
+
+
+def test_into_another_prefix_and_a_damaged_copy(etcd: Etcd, tmp_path: Path) -> None:
+    _put(etcd, "/ts/a", b"1")
+    _put(etcd, "/ts/b", b"2")
+    dump = etcd.op(op="dump", prefix="/ts/", dest=str(tmp_path / "ts.tenant"))
+    res = etcd.op(op="replace", prefix="/tc/", source_prefix="/ts/", src=str(tmp_path / "ts.tenant"),
+                  sha256=dump["sha256"])
+    assert res.get("changed") and _values(etcd.get("/tc/")) == {b"/tc/a": b"1", b"/tc/b": b"2"}, res
+    usage = etcd.op(op="usage", prefix="/tc/")
+    assert (usage["key_count"], usage["bytes"], usage.get("changed")) == (2, 12, False), usage
+
+    wrong = etcd.op(op="replace", prefix="/tc/", source_prefix="/tx/", src=str(tmp_path / "ts.tenant"))
+    assert wrong.get("failed") and "the copy is of prefix /ts/, not /tx/" in wrong["msg"], wrong
+    _put(etcd, "/ts/a", b"changed")
+    damaged = etcd.op(op="replace", prefix="/ts/", src=str(tmp_path / "ts.tenant"), sha256="0" * 64)
+    assert damaged.get("failed") and "the copy is damaged or not that one" in damaged["msg"], damaged
+    assert _values(etcd.get("/ts/a")) == {b"/ts/a": b"changed"}
+
+
+def test_a_restore_interrupted_between_transactions_is_finished_by_a_rerun(
+        etcd: Etcd, tmp_path: Path) -> None:
+    for i in range(200):
+        _put(etcd, f"/ti/obj-{i:03d}", b"old")
+    dump = etcd.op(op="dump", prefix="/ti/", dest=str(tmp_path / "ti.tenant"))
+    for i in range(200):
+        _put(etcd, f"/ti/obj-{i:03d}", b"new")
+    # etcdctl that loses its connection at the second transaction (the first one commits)
+    flaky = tmp_path / "etcdctl-flaky"
+    count = tmp_path / "txns"
+    flaky.write_text("#!/bin/sh\n"
+                     f'case " $* " in *" txn "*) echo x >>{count}; '
+                     f'[ "$(wc -l <{count})" -ge 2 ] && {{ echo "Error: connection lost" >&2; exit 1; }} ;; esac\n'
+                     f'exec {etcd.bindir / "etcdctl"} "$@"\n')
+    flaky.chmod(0o755)
+    args = {"op": "replace", "prefix": "/ti/", "src": str(tmp_path / "ti.tenant"), "sha256": dump["sha256"]}
+    cut = etcd.op(**args, etcdctl=str(flaky))
+    assert cut.get("failed"), cut
+    assert ("transaction 2 of 2 failed: etcdctl 'txn': Error: connection lost; 1 transaction(s) "
+            "were committed (0 deleted, 128 put), so the prefix is partly restored") in cut["msg"]
+    values = _values(etcd.get("/ti/"))
+    assert sorted(set(values.values())) == [b"new", b"old"]          # old and new keys mixed
+    res = etcd.op(**args)
+    assert res.get("changed") and (res["put"], res["transactions"]) == (72, 1), res
+    assert set(_values(etcd.get("/ti/")).values()) == {b"old"} and res["key_count"] == 200
+
+
+def test_a_transaction_whose_keys_changed_since_they_were_read_is_refused(etcd: Etcd) -> None:
+    _put(etcd, "/tg/a", b"1")
+    seen = etcd.get("/tg/a")[0]["mod_revision"]
+    _put(etcd, "/tg/a", b"2")                           # a writer after the read
+    ctl = prefix_mod.Etcdctl({"run_as": [], "endpoints": list(etcd.client.values()),
+                              "cacert": "", "cert": "", "key": ""}, str(etcd.bindir / "etcdctl"))
+    stale = [{"op": "put", "key": b"/tg/a", "value": b"3", "lease": False, "mod_revision": seen}]
+    assert not ctl.run(["txn"], prefix_mod.txn_input(stale, "")).get("succeeded")
+    fresh = [{**stale[0], "mod_revision": etcd.get("/tg/a")[0]["mod_revision"]}]
+    assert ctl.run(["txn"], prefix_mod.txn_input(fresh, "")).get("succeeded")
+    assert _values(etcd.get("/tg/a")) == {b"/tg/a": b"3"}
