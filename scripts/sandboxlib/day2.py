@@ -12,6 +12,7 @@ roles/<role>/meta/argument_specs.yml.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import time
 from collections.abc import Callable
@@ -23,11 +24,11 @@ from .context import UsageError, check_owner, need_tool, resolve, run_vars
 
 
 def _run(args: argparse.Namespace, command: str, playbook: str,
-         extra: dict[str, Any]) -> tuple[Any, float]:
+         extra: dict[str, Any], ref: str = "") -> tuple[Any, float]:
     """Run the command's playbook with ``extra`` (its inputs, checked against the entry point
-    of ENTRY_POINTS first)."""
-    specs.check(ENTRY_POINTS[command], {k: v for k, v in extra.items()
-                                        if k in (specs.entry(ENTRY_POINTS[command]).get("options") or {})})
+    ``ref``, by default the command's of ENTRY_POINTS, first)."""
+    ref = ref or ENTRY_POINTS[command]
+    specs.check(ref, {k: v for k, v in extra.items() if k in (specs.entry(ref).get("options") or {})})
     sb = resolve(args)
     need_tool(sb.backend)
     check_owner(sb)
@@ -38,8 +39,66 @@ def _run(args: argparse.Namespace, command: str, playbook: str,
     return sb, time.time() - t0
 
 
+def _tenant(args: argparse.Namespace, command: str, name: str, alone: dict[str, Any]) -> Any:
+    """The sandbox, after checking ``name`` is one of its tenants and no option of the
+    cluster-wide variant (``alone``: flag -> value given) goes with --tenant."""
+    given = [flag for flag, value in alone.items() if value]
+    if given:
+        raise UsageError(f"{command} --tenant: {', '.join(given)} goes with a cluster-wide "
+                         f"{command}, not with one tenant's; nothing was changed")
+    sb = resolve(args)
+    names = [t.name for t in sb.topo.tenants]
+    if name not in names:
+        raise UsageError(f"{command} --tenant: no tenant '{name}' in topology '{sb.topo.name}'; "
+                         f"tenants: {', '.join(names) or 'none'}")
+    return sb
+
+
+def backup_tenant(args: argparse.Namespace, stamp: str) -> int:
+    sb = _tenant(args, "backup", args.k0s_backup_tenant, {"--member": args.etcd_backup_member})
+    extra: dict[str, Any] = {"k0s_backup_tenant": args.k0s_backup_tenant, "k0s_backup_stamp": stamp}
+    if args.etcd_backup_dir:
+        extra["k0s_backup_dir"] = str(Path(args.etcd_backup_dir).resolve())
+    _, took = _run(args, "backup", "tenant-backup.yml", extra, TENANT_BACKUP)
+    copy = Path(extra.get("k0s_backup_dir") or sb.topo.state_dir / "backups") / \
+        f"{args.k0s_backup_tenant}-{stamp}.tenant"
+    manifest = json.loads(copy.with_name(copy.name + snapshot.MANIFEST_SUFFIX).read_text())
+    print(f"sandbox: tenant {args.k0s_backup_tenant} copied in {took:.0f}s: "
+          f"{report.display_path(copy)} ({manifest['key_count']} keys, {manifest['bytes']} bytes "
+          f"under {manifest['prefix']} at revision {manifest['revision']}; sha256 "
+          f"{manifest['sha256'][:12]}...), the manifest in {copy.name}{snapshot.MANIFEST_SUFFIX}\n"
+          f"    restore it with: scripts/sandbox restore --tenant {args.k0s_backup_tenant} "
+          f"{report.display_path(copy)}")
+    return 0
+
+
+def restore_tenant(args: argparse.Namespace) -> int:
+    sb = _tenant(args, "restore", args.k0s_restore_tenant,
+                 {"--keep-old": args.etcd_restore_keep_old, "--foreign": args.etcd_restore_foreign,
+                  "--yes": args.yes})
+    target = args.k0s_restore_as or args.k0s_restore_tenant
+    others = [t.name for t in sb.topo.tenants if t.name != args.k0s_restore_tenant]
+    if args.k0s_restore_as and args.k0s_restore_as not in others:
+        raise UsageError(f"restore --as: '{args.k0s_restore_as}' is not another tenant of topology "
+                         f"'{sb.topo.name}'; other tenants: {', '.join(others) or 'none'}")
+    path = Path(args.etcd_restore_file).resolve()
+    if not path.is_file():
+        raise UsageError(f"restore --tenant: '{args.etcd_restore_file}' not found; give a copy "
+                         "made by scripts/sandbox backup --tenant")
+    print(f"sandbox: restoring tenant {args.k0s_restore_tenant}'s copy {report.display_path(path)} "
+          f"into tenant {target}: its API servers stop, its prefix is replaced in transactions "
+          "with its own certificate; other tenants are not touched", flush=True)
+    extra = {**specs.values(args, TENANT_RESTORE), "k0s_restore_file": str(path)}
+    _, took = _run(args, "restore", "tenant-restore.yml", extra, TENANT_RESTORE)
+    print(f"sandbox: tenant {target} restored in {took:.0f}s and its API servers serve again "
+          f"(scripts/sandbox kubectl --tenant {target} ...)")
+    return 0
+
+
 def cmd_backup(args: argparse.Namespace) -> int:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    if args.k0s_backup_tenant:
+        return backup_tenant(args, stamp)
     extra: dict[str, Any] = {"etcd_backup_stamp": stamp, **specs.values(args, ENTRY_POINTS["backup"])}
     if args.etcd_backup_dir:
         extra["etcd_backup_dir"] = str(Path(args.etcd_backup_dir).resolve())
@@ -55,6 +114,11 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    if args.k0s_restore_tenant:
+        return restore_tenant(args)
+    if args.k0s_restore_as or args.k0s_restore_force:
+        raise UsageError("restore: --as and --force go with --tenant T (one tenant's copy); "
+                         "nothing was changed")
     sb = resolve(args)
     path = Path(args.etcd_restore_file).resolve()
     digest = snapshot.check_snapshot(path)
@@ -249,6 +313,8 @@ def cmd_upgrade_etcd(args: argparse.Namespace) -> int:
     return 0
 
 
+# One tenant's backup and restore (backup/restore --tenant): their entry points.
+TENANT_BACKUP, TENANT_RESTORE = "k0s_controller/tenant_backup", "k0s_controller/tenant_restore_check"
 # command -> the argument-spec entry point (role/entry) declaring its inputs and help.
 ENTRY_POINTS = {
     "backup": "etcd/backup", "restore": "etcd/restore_check", "reset": "k0s_controller/reset_check",
@@ -291,7 +357,14 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
         parser = add(command, specs.summary(ENTRY_POINTS[command]), func)
         for variable, flags, extra in ARGUMENTS.get(command, []):
             specs.argument(parser, ENTRY_POINTS[command], variable, *flags, **extra)
+        if command == "backup":
+            specs.argument(parser, TENANT_BACKUP, "k0s_backup_tenant", "--tenant", metavar="T",
+                           required=False)
         if command == "restore":
+            specs.argument(parser, TENANT_RESTORE, "k0s_restore_tenant", "--tenant", metavar="T",
+                           required=False)
+            specs.argument(parser, TENANT_RESTORE, "k0s_restore_as", "--as", metavar="T2")
+            specs.argument(parser, TENANT_RESTORE, "k0s_restore_force", "--force")
             parser.add_argument("--yes", action="store_true",
                                 help="with several tenants: go on without asking (every tenant "
                                      "rolls back)")

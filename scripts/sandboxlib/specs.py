@@ -61,7 +61,8 @@ def argument(parser: argparse.ArgumentParser, ref: str, variable: str, *flags: s
     """Add the command-line argument for the input ``variable`` of entry point ``ref``
     (``flags`` such as ``--to``; none: a positional argument), stored under the variable's
     name: its help is the spec's description, its form the spec's type (bool: a flag; list:
-    one or more values), ``required`` the spec's; ``extra`` (metavar, ...) as argparse's."""
+    one or more values), ``required`` the spec's unless ``extra`` says otherwise (an option
+    that selects a variant of the command); ``extra`` (metavar, ...) as argparse's."""
     spec = option(ref, variable)
     kind = str(spec.get("type") or "str")
     kw: dict[str, Any] = {"help": " ".join(str(spec.get("description") or "").split()), **extra}
@@ -76,7 +77,7 @@ def argument(parser: argparse.ArgumentParser, ref: str, variable: str, *flags: s
     if flags:
         kw["dest"] = variable
         if spec.get("required"):
-            kw["required"] = True
+            kw.setdefault("required", True)   # extra required=False: an option of a variant
         parser.add_argument(*flags, **kw)
     else:
         parser.add_argument(variable, **kw)
