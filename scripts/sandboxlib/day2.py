@@ -85,9 +85,10 @@ def restore_tenant(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise UsageError(f"restore --tenant: '{args.etcd_restore_file}' not found; give a copy "
                          "made by scripts/sandbox backup --tenant")
-    print(f"sandbox: restoring tenant {args.k0s_restore_tenant}'s copy {report.display_path(path)} "
-          f"into tenant {target}: its API servers stop, its prefix is replaced in transactions "
-          "with its own certificate; other tenants are not touched", flush=True)
+    into = f" into tenant {target}" if args.k0s_restore_as else ""
+    print(f"sandbox: restoring tenant {args.k0s_restore_tenant}'s copy {report.display_path(path)}"
+          f"{into}: only tenant {target}'s API servers stop, its prefix is replaced in "
+          "transactions with its own certificate; other tenants are not touched", flush=True)
     extra = {**specs.values(args, TENANT_RESTORE), "k0s_restore_file": str(path)}
     _, took = _run(args, "restore", "tenant-restore.yml", extra, TENANT_RESTORE)
     print(f"sandbox: tenant {target} restored in {took:.0f}s and its API servers serve again "
