@@ -48,71 +48,22 @@ description:
     nothing.
   - O(op=usage) counts the keys under O(prefix) and their bytes (keys and values) at one revision.
 options:
-  op:
-    description: The operation.
-    type: str
-    required: true
-    choices: [dump, replace, usage]
-  prefix:
-    description: The prefix, as kube-apiserver uses it (C(/tenant-a/)).
-    type: str
-    required: true
-  etcdctl:
-    description: etcdctl (looked up on PATH).
-    type: str
-    default: etcdctl
-  run_as:
-    description: Argv run before etcdctl, e.g. C(setpriv --reuid=kube-apiserver --regid=0 --clear-groups).
-    type: list
-    elements: str
-    default: []
-  endpoints:
-    description: Client URLs.
-    type: list
-    elements: str
-    required: true
-  cacert:
-    description: CA file (TLS).
-    type: str
-    default: ""
-  cert:
-    description: Client certificate (TLS), the tenant's.
-    type: str
-    default: ""
-  key:
-    description: Client key (TLS).
-    type: str
-    default: ""
-  dest:
-    description: dump, the file to write.
-    type: str
-  src:
-    description: replace, the copy to write back.
-    type: str
-  sha256:
-    description: replace, the copy's sha256 (its manifest's).
-    type: str
-    default: ""
-  source_prefix:
-    description: replace, the copy's own prefix when it differs from O(prefix).
-    type: str
-    default: ""
-  page:
-    description: Keys per range read.
-    type: int
-    default: 500
-  max_txn_ops:
-    description: Operations per transaction (etcd's --max-txn-ops, 128 by default).
-    type: int
-    default: 128
-  max_txn_bytes:
-    description: Bytes of keys and values per transaction (below etcd's --max-request-bytes, 1.5 MiB by default).
-    type: int
-    default: 1048576
-  lease_ttl:
-    description: replace, the TTL of the new lease for keys that had one (kube-apiserver's events).
-    type: int
-    default: 3600
+  op: {description: "The operation.", type: str, required: true, choices: [dump, replace, usage]}
+  prefix: {description: "The prefix, as kube-apiserver uses it (C(/tenant-a/)).", type: str, required: true}
+  etcdctl: {description: "etcdctl (looked up on PATH).", type: str, default: etcdctl}
+  run_as: {description: "Argv run before etcdctl, e.g. C(setpriv --reuid=kube-apiserver --regid=0 --clear-groups).", type: list, elements: str, default: []}
+  endpoints: {description: "Client URLs.", type: list, elements: str, required: true}
+  cacert: {description: "CA file (TLS).", type: str, default: ""}
+  cert: {description: "Client certificate (TLS), the tenant's.", type: str, default: ""}
+  key: {description: "Client key (TLS).", type: str, default: ""}
+  dest: {description: "dump, the file to write.", type: str}
+  src: {description: "replace, the copy to write back.", type: str}
+  sha256: {description: "replace, the copy's sha256 (its manifest's).", type: str, default: ""}
+  source_prefix: {description: "replace, the copy's own prefix when it differs from O(prefix).", type: str, default: ""}
+  page: {description: "Keys per range read.", type: int, default: 500}
+  max_txn_ops: {description: "Operations per transaction (etcd's --max-txn-ops, 128 by default).", type: int, default: 128}
+  max_txn_bytes: {description: "Bytes of keys and values per transaction (below etcd's --max-request-bytes, 1.5 MiB by default).", type: int, default: 1048576}
+  lease_ttl: {description: "replace, the TTL of the new lease for keys that had one (kube-apiserver's events).", type: int, default: 3600}
 """
 
 RETURN = r"""
