@@ -37,7 +37,9 @@ description:
     member of O(members) and, with O(cluster), on the whole cluster.
   - O(op=data_equal) waits until the members (O(endpoints), O(members), else the whole cluster)
     report the same C(hashkv) at ONE revision, the lowest any of them has applied (at the
-    head revision the hashes differ under writes without anything being wrong).
+    head revision the hashes differ under writes without anything being wrong); when all
+    report one revision, their head (an idle cluster compacted at its head refuses C(--rev)
+    at the compacted revision).
   - O(op=promote) promotes the learner with peer URL O(peer_url) once etcd says it is in sync,
     asking the leader's own endpoint (a follower forwards without the caller's credentials).
   - With O(require=false) a wait that ends at its deadline returns C(ok=false) instead of failing.
@@ -287,9 +289,13 @@ def op_data_equal(etcd: Etcd, p: dict[str, Any]) -> dict[str, Any]:
         revisions = [int(s["Status"]["header"]["revision"]) for s in parse_json(out, [])]
         if not revisions:
             return False, {"revision": 0, "hashkv": [], "detail": err.strip() or "no status"}
-        # The lowest revision any of them has applied: every member can hash it.
+        # The lowest revision any of them has applied: every member can hash it. When all are
+        # at one revision, their head is hashed (no --rev): an idle cluster compacted at its
+        # head refuses --rev at the compacted revision (mvcc: required revision has been
+        # compacted), and a write landing meanwhile only costs another attempt.
         rev = min(revisions)
-        rc, out, err = etcd.run("endpoint", "hashkv", *ask, f"--rev={rev}", "-w", "json")
+        at = [] if len(set(revisions)) == 1 else [f"--rev={rev}"]
+        rc, out, err = etcd.run("endpoint", "hashkv", *ask, *at, "-w", "json")
         hashkv = parse_json(out, [])
         ok, detail = hashes_agree(hashkv, count)
         if rc != 0:
