@@ -66,6 +66,21 @@ def test_over_max_bytes_fails_naming_the_tenant_its_bytes_and_its_max(max_bytes:
         assert check["detail"].endswith("within its max_bytes 11527")
 
 
+def test_a_max_bytes_that_is_no_positive_int_fails_the_check_naming_the_field() -> None:
+    """A hand-written inventory that skipped validate.yml: verify says what is wrong."""
+    entry = usage.entries(_hosts(ta=READ), [_tenant("ta", max_bytes="10MB")], QUOTA)[0]
+    assert entry["over_max_bytes"] is False
+    assert usage.line(entry).endswith("; k0s_tenants (ta).max_bytes: '10MB' is not a positive "
+                                      "integer; give the most bytes (keys and values under the "
+                                      "tenant's prefix) verify allows, e.g. max_bytes: "
+                                      "104857600, or leave it out")
+    assert usage.check(entry) == {
+        "name": "ta: usage under /ta/ within max_bytes", "ok": False,
+        "detail": ("k0s_tenants (ta).max_bytes: '10MB' is not a positive integer; give the most "
+                   "bytes (keys and values under the tenant's prefix) verify allows, e.g. "
+                   "max_bytes: 104857600, or leave it out")}
+
+
 def test_a_failed_or_missing_read_is_a_failed_check() -> None:
     failed = {"changed": False, "msg": "usage /tb/: etcdctl 'get': permission denied"}
     got = usage.entries(_hosts(tb=failed), [_tenant("tb"), _tenant("tc")], QUOTA)

@@ -326,8 +326,9 @@ def usage_lines(st: Status) -> list[str]:
         return [f"usage: unknown ({st.usage_note or 'no etcd member is running'})"]
     rows = []
     for e in st.usage:
-        most = "-" if e.get("max_bytes") is None else size(int(e["max_bytes"])) + (
-            " (OVER)" if e.get("over_max_bytes") else "")
+        most = "-" if e.get("max_bytes") is None else (
+            f"{e['max_bytes']!r} (not a positive int)" if "max_bytes_error" in e
+            else size(e["max_bytes"]) + (" (OVER)" if e.get("over_max_bytes") else ""))
         if "error" in e:
             rows.append([e["name"], "?", "?", "?", most])
         else:

@@ -27,6 +27,7 @@ import yaml
 
 from . import runner
 from .progress import Screen
+from .tenants import max_bytes_error
 from .topology import REPO_ROOT, Topology
 
 ETCD_DEFAULTS = REPO_ROOT / "roles" / "etcd" / "defaults" / "main.yml"
@@ -88,11 +89,14 @@ def entries(hosts: Iterable[Mapping[str, Any]], tenants: Iterable[Mapping[str, A
         e: dict[str, Any] = {"name": name, "prefix": t.get("key_prefix", ""),
                              "controller": controller, "quota_backend_bytes": quota,
                              "max_bytes": t.get("max_bytes")}
+        if "max_bytes" in t and max_bytes_error(t["max_bytes"]):   # an inventory not validated
+            e["max_bytes_error"] = f"k0s_tenants ({name}).max_bytes: {max_bytes_error(t['max_bytes'])}"
         if "key_count" in got:
             size = int(got["bytes"])
             e.update(key_count=int(got["key_count"]), bytes=size, revision=got.get("revision"),
                      quota_share=size / quota,
-                     over_max_bytes=e["max_bytes"] is not None and size > int(e["max_bytes"]))
+                     over_max_bytes=(e["max_bytes"] is not None and "max_bytes_error" not in e
+                                     and size > e["max_bytes"]))
         else:
             e["error"] = " ".join(str(got.get("msg") or "not read: no controller of the tenant "
                                   "answered").split())[:300]
@@ -114,6 +118,8 @@ def line(e: Mapping[str, Any]) -> str:
             f"({e['quota_backend_bytes']} bytes)")
     if e.get("max_bytes") is None:
         return text + "; no max_bytes"
+    if "max_bytes_error" in e:
+        return text + f"; {e['max_bytes_error']}"
     word = "OVER" if e.get("over_max_bytes") else "within"
     return text + f"; {word} its max_bytes {e['max_bytes']}"
 
@@ -125,6 +131,8 @@ def check(e: Mapping[str, Any]) -> dict[str, Any]:
         "" if e.get("max_bytes") is None else " within max_bytes")
     if "error" in e:
         return {"name": name, "ok": False, "detail": f"could not be read: {e['error']}"}
+    if "max_bytes_error" in e:
+        return {"name": name, "ok": False, "detail": e["max_bytes_error"]}
     if e.get("over_max_bytes"):
         return {"name": name, "ok": False,
                 "detail": (f"tenant {e['name']} holds {e['bytes']} bytes under {e['prefix']} "
