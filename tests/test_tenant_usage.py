@@ -119,3 +119,21 @@ def test_status_shows_a_usage_row_per_tenant(tmp_path: Any) -> None:
     assert "not enforced" in lines[-1]
     st.usage, st.usage_note = [], "no controller is running"
     assert report.usage_lines(st) == ["usage: unknown (no controller is running)"]
+
+
+def test_up_shows_the_usage_its_verify_phase_read(tmp_path: Any) -> None:
+    """``up`` ends with status, which takes each tenant's usage from the verify report that
+    site.yml's verify phase wrote in this run instead of reading it again; an older report
+    is not used."""
+    import json
+    import os
+
+    path = tmp_path / "verify.json"
+    entries = usage.entries(_hosts(ta=READ), [_tenant("ta")], QUOTA)
+    path.write_text(json.dumps({"passed": True, "checks": [], "tenants": entries}))
+    written = path.stat().st_mtime
+    assert usage.from_report(path, written - 1) == (entries, "")
+    os.utime(path, (written - 100, written - 100))
+    assert usage.from_report(path, written) == (
+        [], "no verify report of this run: scripts/sandbox status reads it")
+    assert usage.from_report(tmp_path / "none.json", 0)[0] == []

@@ -104,7 +104,9 @@ def _vagrant_states(topo: Topology) -> dict[str, str]:
                      else str(found.get(n.name, "unknown"))) for n in topo.nodes}
 
 
-def collect(topo: Topology, backend: str) -> Status:
+def collect(topo: Topology, backend: str, verified_since: float | None = None) -> Status:
+    """What the sandbox looks like now. ``verified_since`` (``up``): each tenant's usage as the
+    verify report written since then holds it (site.yml's last phase read it), not read again."""
     st = Status(topo=topo, backend=backend)
     if backend == "podman":
         st.node_state, st.network = _podman_states(topo)
@@ -144,7 +146,8 @@ def collect(topo: Topology, backend: str) -> Status:
         out = res.stdout.strip() or res.stderr.strip()
         st.api_state[ctrl] = out if res.returncode == 0 else f"unknown ({out[:80]})"
     if topo.tenants and members:
-        st.usage, st.usage_note = usage.read(topo, backend, ctrls)
+        st.usage, st.usage_note = (usage.from_report(topo.state_dir / "verify.json", verified_since)
+                                   if verified_since else usage.read(topo, backend, ctrls))
         for e in st.usage:   # the quota etcd reports, else the one the etcd role sets
             e["quota_backend_bytes"] = st.quota or e["quota_backend_bytes"]
             if "bytes" in e:

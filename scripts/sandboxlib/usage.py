@@ -141,6 +141,18 @@ def check(e: Mapping[str, Any]) -> dict[str, Any]:
     return {"name": name, "ok": True, "detail": line(e).split(": ", 1)[1]}
 
 
+def from_report(path: Path, since: float) -> tuple[list[dict[str, Any]], str]:
+    """Every tenant's usage as a verify report written since ``since`` holds it (``up``
+    shows what its verify phase read instead of reading again): (entries, '') or ([], why
+    not)."""
+    try:
+        if path.stat().st_mtime >= since:
+            return list(json.loads(path.read_text()).get("tenants") or []), ""
+    except (OSError, ValueError, AttributeError):
+        pass
+    return [], "no verify report of this run: scripts/sandbox status reads it"
+
+
 def read(topo: Topology, backend: str, controllers: list[str]) -> tuple[list[dict[str, Any]], str]:
     """Every tenant's usage through playbooks/tenant-usage.yml on ``controllers`` (the running
     ones), quietly: (entries, '') or ([], why not)."""
