@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import base_topology, load_plugin
 from sandboxlib import inventory, tenants, topology
 
@@ -120,3 +121,45 @@ def test_the_inventory_hands_the_roles_the_normalised_prefix(tmp_path: Path) -> 
     listed = inventory.build(topo, "podman")["vars"]["k0s_tenants"]
     assert listed == [{"name": "ta", "prefix": "/ta", "controllers": ["c1"], "key_prefix": "/ta/"}]
     assert flt.sandbox_tenant_errors(listed, ["e1"]) == []
+
+
+# max_bytes: the bytes (keys and values) under a tenant's prefix verify allows. Only an int:
+# YAML's "100" (a string), 1e6 or 100.0 (floats), true (a bool) and 0 or less are refused.
+BAD_MAX_BYTES = ["100", 1.5, 100.0, 0, -1, True, None, [100]]
+
+
+@pytest.mark.parametrize("value", BAD_MAX_BYTES, ids=repr)
+def test_max_bytes_must_be_a_positive_int_in_a_topology(value: Any, tmp_path: Path) -> None:
+    doc = base_topology()
+    doc["tenants"][0]["max_bytes"] = value
+    path = tmp_path / "t.yml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(topology.TopologyError) as err:
+        topology.load(path)
+    assert str(err.value) == (
+        f"tenants[0] (ta).max_bytes: {value!r} is not a positive integer; give the most bytes "
+        "(keys and values under the tenant's prefix) verify allows, e.g. max_bytes: 104857600, "
+        "or leave it out")
+
+
+@pytest.mark.parametrize("value", BAD_MAX_BYTES, ids=repr)
+def test_max_bytes_must_be_a_positive_int_in_an_inventory(value: Any) -> None:
+    """The same rule for a hand-written inventory or ``-e k0s_tenants=...`` (the roles'
+    validate.yml runs the filter)."""
+    errors = flt.sandbox_tenant_errors([{**tenant("ta", "ta"), "max_bytes": value}])
+    assert errors == [f"k0s_tenants (ta).max_bytes: {tenants.max_bytes_error(value)}"]
+    assert "is not a positive integer" in errors[0]
+
+
+def test_max_bytes_goes_to_the_inventory_only_when_given(tmp_path: Path) -> None:
+    doc = base_topology()
+    doc["tenants"][0]["max_bytes"] = 1
+    topo = topology.parse(doc, tmp_path / "t.yml")
+    assert topo.tenants[0].max_bytes == 1
+    listed = inventory.build(topo, "podman")["vars"]["k0s_tenants"]
+    assert listed[0]["max_bytes"] == 1
+    assert flt.sandbox_tenant_errors(listed, ["e1"]) == []
+    del doc["tenants"][0]["max_bytes"]
+    topo = topology.parse(doc, tmp_path / "t.yml")
+    assert topo.tenants[0].max_bytes is None
+    assert "max_bytes" not in inventory.build(topo, "podman")["vars"]["k0s_tenants"][0]

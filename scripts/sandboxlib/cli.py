@@ -164,7 +164,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         else:
             runner.vagrant_up(ctx, sb.topo, extra)
     print(f"sandbox: up finished in {time.time() - t0:.0f}s\n")
-    print(report.render(report.collect(sb.topo, sb.backend)))
+    print(report.render(report.collect(sb.topo, sb.backend, verified_since=t0)))
     return 0
 
 

@@ -88,7 +88,9 @@ def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
         # key_prefix: the prefix as kube-apiserver uses it, normalised here once for the roles.
         "k0s_tenants": [with_key_prefix({"name": t.name, "prefix": t.prefix,
                                          "controllers": list(t.controllers),
-                                         **({"vars": t.vars} if t.vars else {})})
+                                         **({"vars": t.vars} if t.vars else {}),
+                                         **({"max_bytes": t.max_bytes}
+                                            if t.max_bytes is not None else {})})
                         for t in topo.tenants],
         "pki_dir": str(state / "pki"),
         # Tenants sharing a TLS cluster are confined to their prefixes by etcd RBAC unless the

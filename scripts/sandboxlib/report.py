@@ -25,11 +25,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
-from . import remote
+from . import remote, usage
 from .apiserver import API_PROBE
 from .topology import REPO_ROOT, Node, Topology
 
+T = TypeVar("T")
 HEALTH_RE = re.compile(r"^(\S+) is (healthy|unhealthy)", re.MULTILINE)
 ETCD_PROBE = ("command -v etcdctl >/dev/null 2>&1 || { echo 'etcdctl: not installed'; exit 3; }; "
               "etcdctl endpoint health --cluster 2>&1")
@@ -49,6 +51,9 @@ class Status:
     etcd_source: str = ""                                      # where health was read
     api_state: dict[str, str] = field(default_factory=dict)    # controller -> Kubernetes API
     etcd_db: dict[str, str] = field(default_factory=dict)      # member -> "size of quota"
+    quota: int = 0                                             # backend quota (/metrics)
+    usage: list[dict[str, Any]] = field(default_factory=list)  # per tenant (usage.entries)
+    usage_note: str = ""                                       # why usage is unknown
 
     @property
     def running(self) -> list[str]:
@@ -99,7 +104,9 @@ def _vagrant_states(topo: Topology) -> dict[str, str]:
                      else str(found.get(n.name, "unknown"))) for n in topo.nodes}
 
 
-def collect(topo: Topology, backend: str) -> Status:
+def collect(topo: Topology, backend: str, verified_since: float | None = None) -> Status:
+    """What the sandbox looks like now. ``verified_since`` (``up``): each tenant's usage as the
+    verify report written since then holds it (site.yml's last phase read it), not read again."""
     st = Status(topo=topo, backend=backend)
     if backend == "podman":
         st.node_state, st.network = _podman_states(topo)
@@ -109,7 +116,9 @@ def collect(topo: Topology, backend: str) -> Status:
     members = [n.name for n in topo.group("etcd") if n.name in st.running]
     ctrls = [n.name for n in topo.group("k0s_controller") if n.name in st.running]
     by_http = metrics_health(topo, backend, members)
-    st.etcd_db = {m: v for m, v in metrics_db(topo, backend, members).items() if v}
+    figures = _ask_members(http_metrics, topo, backend, members)
+    st.etcd_db = {m: db_text(v) for m, v in figures.items() if db_text(v)}
+    st.quota = int(max((v.get(DB_METRICS[1], 0) for v in figures.values()), default=0))
     if any(by_http.values()):
         st.etcd_health = {m: h or "unhealthy (no answer)" for m, h in by_http.items()}
         ports = sorted({metrics_port(topo, topo.node(m)) for m in members})
@@ -136,6 +145,13 @@ def collect(topo: Topology, backend: str) -> Status:
     for ctrl, res in zip(ctrls, results[len(members_ssh):], strict=True):
         out = res.stdout.strip() or res.stderr.strip()
         st.api_state[ctrl] = out if res.returncode == 0 else f"unknown ({out[:80]})"
+    if topo.tenants and members:
+        st.usage, st.usage_note = (usage.from_report(topo.state_dir / "verify.json", verified_since)
+                                   if verified_since else usage.read(topo, backend, ctrls))
+        for e in st.usage:   # the quota etcd reports, else the one the etcd role sets
+            e["quota_backend_bytes"] = st.quota or e["quota_backend_bytes"]
+            if "bytes" in e:
+                e["quota_share"] = e["bytes"] / e["quota_backend_bytes"]
     return st
 
 
@@ -184,16 +200,16 @@ def size(n: float) -> str:
     return f"{n:.1f} GB"
 
 
-def http_db(host: str, port: int, timeout: float = 3.0) -> str:
-    """The member's database size and backend quota from its /metrics ("1.2 MB of 2.1 GB"),
-    '' when nothing answers."""
+def http_metrics(host: str, port: int, timeout: float = 3.0) -> dict[str, float]:
+    """The member's database size and backend quota from its /metrics (DB_METRICS -> value),
+    {} when nothing answers."""
     if not port:
-        return ""
+        return {}
     try:
         with _DIRECT.open(f"http://{host}:{port}/metrics", timeout=timeout) as resp:
             text = resp.read().decode(errors="replace")
     except (OSError, ValueError, http.client.HTTPException):
-        return ""
+        return {}
     values = {}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
@@ -202,14 +218,25 @@ def http_db(host: str, port: int, timeout: float = 3.0) -> str:
                 values[name] = float(value)
             except ValueError:
                 pass
+    return values
+
+
+def db_text(values: dict[str, float]) -> str:
+    """"1.2 MB of 2.1 GB" (database size of quota), '' without the size."""
     if DB_METRICS[0] not in values:
         return ""
     quota = values.get(DB_METRICS[1])
     return size(values[DB_METRICS[0]]) + (f" of {size(quota)}" if quota else "")
 
 
-def _ask_members(fn: Callable[[str, int], str], topo: Topology, backend: str,
-                 members: list[str]) -> dict[str, str]:
+def http_db(host: str, port: int, timeout: float = 3.0) -> str:
+    """The member's database size and backend quota ("1.2 MB of 2.1 GB"), '' when nothing
+    answers."""
+    return db_text(http_metrics(host, port, timeout))
+
+
+def _ask_members(fn: Callable[[str, int], T], topo: Topology, backend: str,
+                 members: list[str]) -> dict[str, T]:
     """``fn(address, metrics port)`` for every running member at once."""
     if not members:
         return {}
@@ -222,11 +249,6 @@ def _ask_members(fn: Callable[[str, int], str], topo: Topology, backend: str,
 def metrics_health(topo: Topology, backend: str, members: list[str]) -> dict[str, str]:
     """Every running member's /health, asked at once; '' for a member that did not answer."""
     return _ask_members(http_health, topo, backend, members)
-
-
-def metrics_db(topo: Topology, backend: str, members: list[str]) -> dict[str, str]:
-    """Every running member's database size and quota, asked at once ('' = no answer)."""
-    return _ask_members(http_db, topo, backend, members)
 
 
 def table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> str:
@@ -253,6 +275,7 @@ def verify_table(report_path: Path) -> str:
     certs = data.get("certificates", [])
     lines = [table(["RESULT", "CHECK", "DETAIL"], rows),
              f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped"]
+    lines += [f"usage: {usage.line(e)}" for e in data.get("tenants", [])]
     if certs:
         soonest = min(certs, key=lambda c: c.get("days_left", 0))
         lines.append(f"certificates: {len(certs)}, the first expires in "
@@ -293,9 +316,33 @@ def render(st: Status) -> str:
                 for t in topo.tenants]
         out.append(table(["TENANT", "PREFIX", "CONTROLLERS", "KUBERNETES API", "KUBECONFIG"],
                          rows))
+        out += usage_lines(st)
     out.append("Next:")
     out += [f"  {c}" for c in next_commands(topo)]
     return "\n".join(out)
+
+
+def usage_lines(st: Status) -> list[str]:
+    """Each tenant's keys and bytes under its prefix, its share of the backend quota and its
+    max_bytes (tenants[].max_bytes), or why they are unknown."""
+    if not st.usage:
+        return [f"usage: unknown ({st.usage_note or 'no etcd member is running'})"]
+    rows = []
+    for e in st.usage:
+        most = "-" if e.get("max_bytes") is None else (
+            f"{e['max_bytes']!r} (not a positive int)" if "max_bytes_error" in e
+            else size(e["max_bytes"]) + (" (OVER)" if e.get("over_max_bytes") else ""))
+        if "error" in e:
+            rows.append([e["name"], "?", "?", "?", most])
+        else:
+            rows.append([e["name"], str(e["key_count"]), size(e["bytes"]), usage.share(e), most])
+    quota = size(st.usage[0]["quota_backend_bytes"])
+    lines = [table(["TENANT", "KEYS", "BYTES", f"OF QUOTA ({quota})", "MAX_BYTES"], rows)]
+    lines += [f"usage: {e['name']}: unknown ({e['error']})" for e in st.usage if "error" in e]
+    lines.append("usage: keys and values under each prefix at one revision, read with the "
+                 "tenant's own certificate; max_bytes is checked by verify, not enforced "
+                 "(etcd has no per-prefix quota)")
+    return lines
 
 
 def kubeconfig_of(topo: Topology, tenant: str) -> str:

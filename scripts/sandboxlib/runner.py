@@ -181,13 +181,16 @@ def _log_error(log_path: Path) -> str:
     return ": " + " ".join(lines[-1].split())[:300] if lines else ""
 
 
-def _command(topo: Topology, playbook: str, extra_vars: dict[str, Any] | None) -> list[str]:
+def _command(topo: Topology, playbook: str, extra_vars: dict[str, Any] | None,
+             limit: str = "") -> list[str]:
     path = REPO_ROOT / "playbooks" / playbook
     if not path.is_file():
         raise CommandFailed(f"playbooks/{playbook} does not exist yet")
     cmd = [ansible_playbook_bin(), "-i", str(topo.path), str(path)]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
+    if limit:
+        cmd += ["--limit", limit]
     return cmd
 
 
@@ -198,9 +201,10 @@ def _result_file() -> Path:
 
 
 def run_playbook(ctx: RunContext, topo: Topology, backend: str, playbook: str,
-                 extra_vars: dict[str, Any] | None = None) -> None:
-    """ansible-playbook -i <topology> playbooks/<playbook>; raises CommandFailed."""
-    cmd = _command(topo, playbook, extra_vars)
+                 extra_vars: dict[str, Any] | None = None, limit: str = "") -> None:
+    """ansible-playbook -i <topology> playbooks/<playbook> [--limit limit]; raises
+    CommandFailed."""
+    cmd = _command(topo, playbook, extra_vars, limit)
     result_file = _result_file()
     try:
         with open(ctx.log_path, "a", encoding="utf-8") as log:

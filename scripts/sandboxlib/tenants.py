@@ -86,13 +86,24 @@ def prefix_error(prefix: str) -> str:
     return ""
 
 
+def max_bytes_error(value: Any) -> str:
+    """What is wrong with a tenant's ``max_bytes`` ('' when nothing): a positive integer
+    (bytes of keys and values under its prefix that verify allows; etcd has no per-prefix
+    quota, etcd-io/etcd#10084, so it is a check, not a limit)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return ""
+    return (f"{value!r} is not a positive integer; give the most bytes (keys and values under "
+            "the tenant's prefix) verify allows, e.g. max_bytes: 104857600, or leave it out")
+
+
 def tenant_errors(tenants: Sequence[Mapping[str, Any]], members: Sequence[str] = (),
                   where: str = "k0s_tenants", key_prefix: bool = True,
                   reserved: Mapping[str, str] | None = None) -> list[str]:
-    """Every rule over a list of tenants ({name, prefix, controllers[, key_prefix]}): unique
-    names of their own (name_error), prefixes written as Kubernetes names are that neither
-    repeat nor nest, a controller each and, with ``key_prefix``, the normalised prefix handed
-    to the roles. ``where`` names the list in the messages."""
+    """Every rule over a list of tenants ({name, prefix, controllers[, key_prefix,
+    max_bytes]}): unique names of their own (name_error), prefixes written as Kubernetes names
+    are that neither repeat nor nest, a controller each, ``max_bytes`` (when given) a positive
+    integer and, with ``key_prefix``, the normalised prefix handed to the roles. ``where``
+    names the list in the messages."""
     errors: list[str] = []
     seen: list[tuple[str, str, str]] = []
     for t in tenants or []:
@@ -102,6 +113,8 @@ def tenant_errors(tenants: Sequence[Mapping[str, Any]], members: Sequence[str] =
             continue
         if problem := name_error(name, members, reserved):
             errors.append(f"{where} ({name}).name: {problem}")
+        if "max_bytes" in t and (problem := max_bytes_error(t["max_bytes"])):
+            errors.append(f"{where} ({name}).max_bytes: {problem}")
         if problem := prefix_error(prefix):
             errors.append(f"{where} ({name}).prefix: {problem}")
             continue

@@ -28,7 +28,7 @@ NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
 TOP_KEYS = {"plugin", "name", "description", "tls", "allow_even_etcd", "networks",
             "nodes", "tenants", "vars", "vagrant"}
 NODE_KEYS = {"name", "groups", "host", "addresses", "memory", "cpus", "vars"}
-TENANT_KEYS = {"name", "prefix", "controllers", "vars"}
+TENANT_KEYS = {"name", "prefix", "controllers", "vars", "max_bytes"}
 
 
 class TopologyError(ValueError):
@@ -54,6 +54,9 @@ class Tenant:
     prefix: str
     controllers: tuple[str, ...]
     vars: dict[str, Any] = field(default_factory=dict)
+    # Bytes (keys and values under its prefix) verify allows; None: no check. etcd cannot
+    # enforce a per-prefix quota (etcd-io/etcd#10084): a check, not a limit.
+    max_bytes: int | None = None
 
     @property
     def normalized_prefix(self) -> str:
@@ -196,7 +199,12 @@ def _parse_tenant(i: int, raw: Any, nodes: dict[str, Node]) -> Tenant:
                  "add the group to the node")
     tvars = raw.get("vars") or {}
     _require(isinstance(tvars, dict), f"{where}.vars: a mapping of variables")
-    return Tenant(name=name, prefix=prefix, controllers=tuple(ctrls), vars=tvars)
+    max_bytes = raw.get("max_bytes")
+    if "max_bytes" in raw:
+        problem = tenant_rules.max_bytes_error(max_bytes)
+        _require(not problem, f"{where}.max_bytes: {problem}")
+    return Tenant(name=name, prefix=prefix, controllers=tuple(ctrls), vars=tvars,
+                  max_bytes=max_bytes)
 
 
 def parse(data: Any, path: Path) -> Topology:

@@ -1,0 +1,139 @@
+"""Each tenant's usage (scripts/sandboxlib/usage.py, through plugins/filter/sandbox_usage.py
+for verify and playbooks/tenant-usage.yml): the entries built from the module's results, the
+share of the backend quota, and verify's check, which fails a tenant over its max_bytes naming
+the tenant, its bytes and its max_bytes. The reads themselves run on a real etcd in
+tests/test_sandbox_etcd_prefix.py and in the k0s_tenants scenario."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO_ROOT, load_plugin
+from sandboxlib import report, usage
+
+flt = load_plugin("plugins/filter/sandbox_usage.py")
+QUOTA = 2147483648
+
+
+def _hosts(**results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Controllers' host variables: c-<tenant> read its tenant (the module's result), d-<tenant>
+    skipped (not the tenant's first controller)."""
+    hosts: list[dict[str, Any]] = []
+    for tenant, result in results.items():
+        hosts.append({"inventory_hostname": f"c-{tenant}", "k0s_tenant": tenant,
+                      "k0s_tenant_usage": result})
+        hosts.append({"inventory_hostname": f"d-{tenant}", "k0s_tenant": tenant,
+                      "k0s_tenant_usage": {"skipped": True, "changed": False}})
+    return hosts
+
+
+def _tenant(name: str, **more: Any) -> dict[str, Any]:
+    return {"name": name, "prefix": name, "key_prefix": f"/{name}/", "controllers": [f"c-{name}"],
+            **more}
+
+
+READ = {"changed": False, "key_count": 21, "bytes": 11527, "revision": 340, "cluster_id": "1a"}
+
+
+def test_an_entry_per_tenant_with_its_share_of_the_quota() -> None:
+    got = flt.sandbox_tenant_usage(_hosts(ta=READ), [_tenant("ta")], QUOTA)
+    assert got == [{"name": "ta", "prefix": "/ta/", "controller": "c-ta", "key_count": 21,
+                    "bytes": 11527, "revision": 340, "quota_backend_bytes": QUOTA,
+                    "quota_share": 11527 / QUOTA, "max_bytes": None, "over_max_bytes": False}]
+    check = flt.FilterModule().filters()["sandbox_usage_check"](got[0])
+    assert check == {"name": "ta: usage under /ta/", "ok": True,
+                     "detail": ("21 keys, 11527 bytes (keys and values) at revision 340, "
+                                "0.00054% of the backend quota (2147483648 bytes); no max_bytes")}
+
+
+@pytest.mark.parametrize(("max_bytes", "over"), [(11527, False), (11526, True), (1, True)])
+def test_over_max_bytes_fails_naming_the_tenant_its_bytes_and_its_max(max_bytes: int,
+                                                                      over: bool) -> None:
+    entry = usage.entries(_hosts(ta=READ), [_tenant("ta", max_bytes=max_bytes)], QUOTA)[0]
+    assert entry["over_max_bytes"] is over
+    check = usage.check(entry)
+    assert check["name"] == "ta: usage under /ta/ within max_bytes"
+    assert check["ok"] is not over
+    if over:
+        assert check["detail"].startswith(
+            f"tenant ta holds 11527 bytes under /ta/ (21 keys), over its max_bytes {max_bytes}; "
+            "delete objects or raise max_bytes (a check, not a limit: etcd has no per-prefix "
+            "quota, etcd-io/etcd#10084)")
+        assert usage.line(entry).endswith(f"OVER its max_bytes {max_bytes}")
+    else:
+        assert check["detail"].endswith("within its max_bytes 11527")
+
+
+def test_a_max_bytes_that_is_no_positive_int_fails_the_check_naming_the_field() -> None:
+    """A hand-written inventory that skipped validate.yml: verify says what is wrong."""
+    entry = usage.entries(_hosts(ta=READ), [_tenant("ta", max_bytes="10MB")], QUOTA)[0]
+    assert entry["over_max_bytes"] is False
+    assert usage.line(entry).endswith("; k0s_tenants (ta).max_bytes: '10MB' is not a positive "
+                                      "integer; give the most bytes (keys and values under the "
+                                      "tenant's prefix) verify allows, e.g. max_bytes: "
+                                      "104857600, or leave it out")
+    assert usage.check(entry) == {
+        "name": "ta: usage under /ta/ within max_bytes", "ok": False,
+        "detail": ("k0s_tenants (ta).max_bytes: '10MB' is not a positive integer; give the most "
+                   "bytes (keys and values under the tenant's prefix) verify allows, e.g. "
+                   "max_bytes: 104857600, or leave it out")}
+
+
+def test_a_failed_or_missing_read_is_a_failed_check() -> None:
+    failed = {"changed": False, "msg": "usage /tb/: etcdctl 'get': permission denied"}
+    got = usage.entries(_hosts(tb=failed), [_tenant("tb"), _tenant("tc")], QUOTA)
+    assert [e["error"] for e in got] == [
+        "usage /tb/: etcdctl 'get': permission denied",
+        "not read: no controller of the tenant answered"]
+    checks = [usage.check(e) for e in got]
+    assert [c["ok"] for c in checks] == [False, False]
+    assert checks[0]["detail"] == "could not be read: usage /tb/: etcdctl 'get': permission denied"
+    assert "key_count" not in got[0] and "over_max_bytes" not in got[0]
+
+
+def test_the_quota_the_members_run_with_else_the_etcd_role_s() -> None:
+    role_default = yaml.safe_load(
+        (REPO_ROOT / "roles/etcd/defaults/main.yml").read_text())["etcd_quota_backend_bytes"]
+    settings = ["ETCD_NAME=e1", "ETCD_QUOTA_BACKEND_BYTES=16777216", "/usr/bin/etcd"]
+    assert flt.sandbox_quota_bytes(settings) == 16777216
+    assert flt.sandbox_quota_bytes(['ETCD_QUOTA_BACKEND_BYTES="4294967296"']) == 4294967296
+    assert flt.sandbox_quota_bytes([], 8589934592) == 8589934592
+    assert flt.sandbox_quota_bytes([]) == role_default
+    assert flt.sandbox_quota_bytes(["ETCD_QUOTA_BACKEND_BYTES=0"], "{{ x }}") == role_default
+    assert usage.entries([], [_tenant("ta")], None)[0]["quota_backend_bytes"] == role_default
+
+
+def test_status_shows_a_usage_row_per_tenant(tmp_path: Any) -> None:
+    from conftest import base_topology
+    from sandboxlib import topology
+
+    topo = topology.parse(base_topology(), tmp_path / "t.yml")
+    st = report.Status(topo=topo, backend="podman")
+    st.usage = usage.entries(_hosts(ta=READ), [_tenant("ta", max_bytes=10000)], QUOTA)
+    lines = "\n".join(report.usage_lines(st)).splitlines()
+    assert lines[0].split() == ["TENANT", "KEYS", "BYTES", "OF", "QUOTA", "(2.1", "GB)",
+                                "MAX_BYTES"]
+    assert lines[1].split() == ["ta", "21", "11.5", "kB", "0.00054%", "10.0", "kB", "(OVER)"]
+    assert "not enforced" in lines[-1]
+    st.usage, st.usage_note = [], "no controller is running"
+    assert report.usage_lines(st) == ["usage: unknown (no controller is running)"]
+
+
+def test_up_shows_the_usage_its_verify_phase_read(tmp_path: Any) -> None:
+    """``up`` ends with status, which takes each tenant's usage from the verify report that
+    site.yml's verify phase wrote in this run instead of reading it again; an older report
+    is not used."""
+    import json
+    import os
+
+    path = tmp_path / "verify.json"
+    entries = usage.entries(_hosts(ta=READ), [_tenant("ta")], QUOTA)
+    path.write_text(json.dumps({"passed": True, "checks": [], "tenants": entries}))
+    written = path.stat().st_mtime
+    assert usage.from_report(path, written - 1) == (entries, "")
+    os.utime(path, (written - 100, written - 100))
+    assert usage.from_report(path, written) == (
+        [], "no verify report of this run: scripts/sandbox status reads it")
+    assert usage.from_report(tmp_path / "none.json", 0)[0] == []
