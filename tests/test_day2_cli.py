@@ -64,7 +64,8 @@ def test_reset_unknown_tenant(tmp_path: Path, write_topology: Callable[..., Path
     topo = _topology(write_topology, "t-day2-d")
     res = run_sandbox(["reset", "-t", str(topo), "--tenant", "nope"], tmp_path)
     line = _one_line_error(res)
-    assert "no tenant 'nope'" in line and "tenants: ta" in line
+    assert "reset --tenant: no tenant 'nope'" in line and "tenants: ta" in line
+    assert not (tmp_path / "t-day2-d" / "logs").exists()
 
 
 def test_reset_tenant_refuses_controller_that_is_an_etcd_member(
@@ -83,7 +84,9 @@ def test_reset_tenant_refuses_controller_that_is_an_etcd_member(
 def test_reset_tenant_with_pki(tmp_path: Path, write_topology: Callable[..., Path]) -> None:
     topo = _topology(write_topology, "t-day2-e")
     res = run_sandbox(["reset", "-t", str(topo), "--tenant", "ta", "--pki"], tmp_path)
-    assert "--pki goes with a full reset" in _one_line_error(res)
+    line = _one_line_error(res)
+    assert "reset --tenant: --pki goes with a cluster-wide reset" in line and "nothing was changed" in line
+    assert not (tmp_path / "t-day2-e" / "logs").exists()
 
 
 def test_replace_member_not_a_member(tmp_path: Path,

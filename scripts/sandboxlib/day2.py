@@ -142,13 +142,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 def cmd_reset(args: argparse.Namespace) -> int:
     extra = specs.values(args, ENTRY_POINTS["reset"])
     if args.reset_tenant:
-        sb = resolve(args)
-        names = [t.name for t in sb.topo.tenants]
-        if args.reset_tenant not in names:
-            raise UsageError(f"reset --tenant: no tenant '{args.reset_tenant}' in topology "
-                                 f"'{sb.topo.name}'; tenants: {', '.join(names) or 'none'}")
-        if args.reset_pki:
-            raise UsageError("reset: --pki goes with a full reset, not with --tenant")
+        sb = _tenant(args, "reset", args.reset_tenant, {"--pki": args.reset_pki})
         tenant = next(t for t in sb.topo.tenants if t.name == args.reset_tenant)
         members = {n.name for n in sb.topo.group("etcd")}
         both = [c for c in tenant.controllers if c in members]
@@ -161,7 +155,9 @@ def cmd_reset(args: argparse.Namespace) -> int:
                 "etcd keeps running. Nothing was changed. Reset everything (scripts/sandbox "
                 "reset), or put the tenant's controllers on nodes that are not etcd members")
     _, took = _run(args, "reset", "reset.yml", extra)
-    what = (f"tenant {args.reset_tenant} reset (k0s reset, its keys deleted from etcd)"
+    what = (f"tenant {args.reset_tenant} removed (k0s reset and its API server off its "
+            "controllers, its keys deleted from etcd, its etcd user and role and its client "
+            "certificate removed; other tenants untouched)"
             if args.reset_tenant else "k0s, etcd and the certificates removed from the nodes"
             + ("; the control node's PKI removed" if args.reset_pki else "; PKI kept"))
     print(f"sandbox: {what} in {took:.0f}s (scripts/sandbox down removes the nodes)")
