@@ -213,6 +213,29 @@ def day2_commands(path: Path, state: Path, data: dict[str, Any]) -> None:
     got = run_sandbox(widget, state, timeout=120)
     assert got.returncode == 0 and got.stdout == "blue", explain(got)
 
+    # One tenant's copy, then its restore typed as the hint backup --tenant prints it.
+    copied = timed(["backup", "--tenant", "k0s-tenant"], state)
+    figures = re.search(r"\((\d+) keys, \d+ bytes under /k0s-tenant/ at revision \d+;",
+                        copied.stdout)
+    hint = re.search(r"restore it with: (scripts/sandbox restore --tenant k0s-tenant \S+)$",
+                     copied.stdout, re.MULTILINE)
+    assert figures and int(figures.group(1)) >= 2 and hint, copied.stdout  # the CRD, the widget
+    status = run_sandbox(["status"], state, timeout=300)   # its usage table: keys, bytes
+    keys = re.search(r"^\s*k0s-tenant\s+(\d+)\s+\d", status.stdout, re.MULTILINE)
+    assert status.returncode == 0 and keys and int(keys.group(1)) >= 2, explain(status)
+    gone = run_sandbox(["kubectl", "delete", "widget", "first"], state, timeout=120)
+    assert gone.returncode == 0 and run_sandbox(widget, state).returncode != 0, explain(gone)
+    t0 = time.time()
+    back = subprocess.run(["bash", "-c", hint.group(1)], cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
+                          env={k: v for k, v in os.environ.items()
+                               if k not in ("SANDBOX_TOPOLOGY", "SANDBOX_BACKEND")}
+                          | {"SANDBOX_STATE_DIR": str(state)}, text=True,
+                          capture_output=True, timeout=UP_TIMEOUT, check=False)
+    print(f"e2e: scripts/sandbox restore --tenant took {time.time() - t0:.0f}s")
+    assert back.returncode == 0 and "tenant k0s-tenant restored in" in back.stdout, explain(back)
+    got = run_sandbox(widget, state, timeout=120)
+    assert got.returncode == 0 and got.stdout == "blue", explain(got)
+
     timed(["rotate-certs"], state)
     rotated = timed(["rotate-ca"], state)
     assert "new etcd CA in use" in rotated.stdout, rotated.stdout
