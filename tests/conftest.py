@@ -126,7 +126,11 @@ def podman_usable() -> str | None:
 
 
 def explain(res: subprocess.CompletedProcess[str]) -> str:
-    return f"exit {res.returncode}\n--- stdout\n{res.stdout[-4000:]}\n--- stderr\n{res.stderr[-2000:]}"
+    """The exit code, the end of stdout, and stderr's beginning and end: an uncaught
+    exception (Ruby's, in vagrant) names itself in its first line, its trace follows."""
+    err = res.stderr if len(res.stderr) <= 3000 else \
+        f"{res.stderr[:1500]}\n[... {len(res.stderr) - 3000} characters ...]\n{res.stderr[-1500:]}"
+    return f"exit {res.returncode}\n--- stdout\n{res.stdout[-4000:]}\n--- stderr\n{err}"
 
 
 # The shipped topologies the whole-sandbox tests run, each with a podman subnet of its own.
