@@ -113,7 +113,10 @@ def test_agent_against_real_etcd(etcd: tuple[str, str]) -> None:
                   if w.key == r.key and w.value != r.result["value"]
                   and (w.complete or 0) < r.invoke)
     target[0].result = {"found": True, "value": target[1].value, "rev": target[1].result["rev"]}
-    assert {a.type for a in checker.check(bad).anomalies} & {"stale-read", "lost-write"}
+    # Named by the read rules, or by the search when the read overlaps other writes of its
+    # key (seen under load in CI): each is that read refused.
+    assert {a.type for a in checker.check(bad).anomalies} & \
+        {"stale-read", "lost-write", "non-linearizable"}
 
 
 def test_agent_parses_etcdctl_json() -> None:
