@@ -216,16 +216,31 @@ def test_a_restore_interrupted_between_transactions_is_finished_by_a_rerun(
                      f'[ "$(wc -l <{count})" -ge 2 ] && {{ echo "Error: connection lost" >&2; exit 1; }} ;; esac\n'
                      f'exec {etcd.bindir / "etcdctl"} "$@"\n')
     flaky.chmod(0o755)
-    args = {"op": "replace", "prefix": "/ti/", "src": str(tmp_path / "ti.tenant"), "sha256": dump["sha256"]}
+    args = {"op": "replace", "prefix": "/ti/", "src": str(tmp_path / "ti.tenant"), "sha256": dump["sha256"],
+            "restore_note": {"tenant": "ti", "file": "backups/ti.tenant"}}
     cut = etcd.op(**args, etcdctl=str(flaky))
     assert cut.get("failed"), cut
     assert ("transaction 2 of 2 failed: etcdctl 'txn': Error: connection lost; 1 transaction(s) "
-            "were committed (0 deleted, 128 put), so the prefix is partly restored") in cut["msg"]
+            "were committed (0 deleted, 127 put), so the prefix is partly restored") in cut["msg"]
     values = _values(etcd.get("/ti/"))
+    marker = values.pop(b"/ti/k0sbox-restore-in-progress")
     assert sorted(set(values.values())) == [b"new", b"old"]          # old and new keys mixed
+    # the mix says so: the marker of the first transaction, read by usage, refused by dump
+    assert json.loads(marker) | {"started": "-"} == {
+        "copy": "ti.tenant", "copy_revision": dump["revision"], "committed": 1, "transactions": 2,
+        "file": "backups/ti.tenant", "tenant": "ti", "started": "-"}, marker
+    usage = etcd.op(op="usage", prefix="/ti/")
+    assert usage["key_count"] == 200 and usage["restore"]["committed"] == 1, usage
+    refused = etcd.op(op="dump", prefix="/ti/", dest=str(tmp_path / "mixed.tenant"))
+    assert refused.get("failed") and ("a restore of backups/ti.tenant into /ti/ was interrupted "
+                                      "after 1 of 2 transactions") in refused["msg"], refused
+    assert not (tmp_path / "mixed.tenant").exists()
     res = etcd.op(**args)
-    assert res.get("changed") and (res["put"], res["transactions"]) == (72, 1), res
+    assert res.get("changed") and (res["put"], res["transactions"]) == (73, 1), res
+    assert res["resumed"]["committed"] == 1, res
     assert set(_values(etcd.get("/ti/")).values()) == {b"old"} and res["key_count"] == 200
+    assert etcd.op(op="usage", prefix="/ti/")["restore"] == {}
+    assert not etcd.op(**args).get("changed")
 
 
 def test_a_transaction_whose_keys_changed_since_they_were_read_is_refused(etcd: Etcd) -> None:

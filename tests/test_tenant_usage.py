@@ -137,3 +137,39 @@ def test_up_shows_the_usage_its_verify_phase_read(tmp_path: Any) -> None:
     assert usage.from_report(path, written) == (
         [], "no verify report of this run: scripts/sandbox status reads it")
     assert usage.from_report(tmp_path / "none.json", 0)[0] == []
+
+
+def test_an_interrupted_restore_is_shown_by_status_and_fails_verify(tmp_path: Any,
+                                                                   monkeypatch: Any) -> None:
+    """The in-progress marker an interrupted tenant restore leaves under the prefix (its
+    module returns it with usage; the module on a real etcd in tests/test_sandbox_etcd_prefix.py)
+    makes the tenant's usage check fail and status name it, each with the command that
+    finishes the job, the copy's path as typed from the project root."""
+    from conftest import base_topology
+    from sandboxlib import topology
+
+    monkeypatch.chdir(REPO_ROOT)
+    marker = {"tenant": "ta", "as": "tc", "file": str(REPO_ROOT / ".sandbox/x/backups/ta-1.tenant"),
+              "copy": "ta-1.tenant", "copy_revision": 300, "committed": 2, "transactions": 5,
+              "started": "2026-12-03T08:00:00Z"}
+    entries = usage.entries(_hosts(tc={**READ, "restore": marker}, ta=READ),
+                            [_tenant("ta"), _tenant("tc")], QUOTA)
+    ta, tc = entries
+    assert "restore" not in ta and usage.check(ta)["ok"]
+    finish = "scripts/sandbox restore --tenant ta .sandbox/x/backups/ta-1.tenant --as tc"
+    check = usage.check(tc)
+    assert not check["ok"]
+    assert check["detail"] == (
+        "tenant tc: RESTORE INTERRUPTED: /tc/ mixes old keys and keys of ta-1.tenant (revision "
+        "300), 2 of 5 transactions committed (started 2026-12-03T08:00:00Z); its API servers "
+        f"stay stopped; finish it: {finish}")
+    assert usage.line(tc).startswith("tc (/tc/): 21 keys; RESTORE INTERRUPTED")
+
+    st = report.Status(topo=topology.parse(base_topology(), tmp_path / "t.yml"), backend="podman")
+    st.usage = entries
+    lines = "\n".join(report.usage_lines(st)).splitlines()
+    assert lines[2].split()[:3] == ["tc", "(RESTORE", "INTERRUPTED)"]
+    assert any(x.startswith("usage: tc: RESTORE INTERRUPTED") and x.endswith(finish) for x in lines)
+    # a copy outside the project keeps its absolute path
+    assert usage.finish_command({"tenant": "ta", "file": "/srv/ta.tenant"}) == \
+        "scripts/sandbox restore --tenant ta /srv/ta.tenant"

@@ -18,6 +18,15 @@ The copy's format (docs/day2.md, "Tenant operations"): JSON lines; the first is 
 ``{"format": FORMAT, "prefix", "revision", "cluster_id", "key_count", "bytes"}``, then one
 line per key in key order ``{"key", "value" (base64 of the bytes as stored), "create_revision",
 "mod_revision", "version", "lease"}``.
+
+A replace of more than one transaction is not atomic: its first transaction also writes the
+key ``<prefix>k0sbox-restore-in-progress`` (what is restored, from which copy, how many
+transactions of how many are committed; each later transaction updates it) and its last one
+deletes it, atomically with the data. So the prefix is the old one (no marker), the new one
+(no marker) or a mix that says so: ``usage`` returns the marker (``restore``; status and
+verify report it with the command that finishes the job), ``dump`` refuses a mixed prefix,
+and a replace run again finishes it. kube-apiserver reads only ``<prefix><resource>/...`` and
+``<prefix>compact_rev_key``: it never sees the marker.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -64,6 +74,7 @@ options:
   max_txn_ops: {description: "Operations per transaction (etcd's --max-txn-ops, 128 by default).", type: int, default: 128}
   max_txn_bytes: {description: "Bytes of keys and values per transaction (below etcd's --max-request-bytes, 1.5 MiB by default).", type: int, default: 1048576}
   lease_ttl: {description: "replace, the TTL of the new lease for keys that had one (kube-apiserver's events).", type: int, default: 3600}
+  restore_note: {description: "replace, kept in the in-progress marker of a replace of several transactions (e.g. the tenant and the copy's path on the control node).", type: dict, default: {}}
 """
 
 RETURN = r"""
@@ -75,9 +86,12 @@ cluster_id: {description: The etcd cluster's ID (hex)., type: str, returned: alw
 deleted: {description: "replace: keys deleted.", type: int, returned: replace}
 put: {description: "replace: keys written.", type: int, returned: replace}
 transactions: {description: "replace: transactions committed.", type: int, returned: replace}
+resumed: {description: "replace: the marker of the interrupted replace this one finished ({} when none).", type: dict, returned: replace}
+restore: {description: "usage: the in-progress marker of an interrupted replace ({} when there is none).", type: dict, returned: usage}
 """
 
 FORMAT = "k0s-etcd-sandbox tenant backup 1"
+MARKER = b"k0sbox-restore-in-progress"   # under the prefix: <prefix>k0sbox-restore-in-progress
 
 
 class PrefixError(Exception):
@@ -160,9 +174,11 @@ def batches(ops: list[dict[str, Any]], max_ops: int, max_bytes: int) -> list[lis
 
 
 def txn_input(batch: list[dict[str, Any]], lease: str) -> str:
-    """etcdctl txn's standard input: a guard per key (its mod revision as read), the
-    operations, no failure operations."""
-    compares = [f"mod({go_quote(op['key'])}) = \"{op['mod_revision']}\"" for op in batch]
+    """etcdctl txn's standard input: a guard per key (its mod revision as read; none for the
+    in-progress marker, which only this replace writes), the operations, no failure
+    operations."""
+    compares = [f"mod({go_quote(op['key'])}) = \"{op['mod_revision']}\"" for op in batch
+                if "mod_revision" in op]
     ops = []
     for op in batch:
         if op["op"] == "del":
@@ -191,6 +207,55 @@ def read_copy(path: str, sha256: str) -> tuple[dict[str, Any], list[dict[str, An
         raise PrefixError(f"{os.path.basename(path)} holds {len(records)} keys, its header says "
                           f"{header.get('key_count')}: the copy is truncated; nothing was changed")
     return header, [{**r, "key": raw(r["key"]), "value": raw(r["value"])} for r in records]
+
+
+def with_marker(todo: list[list[dict[str, Any]]], marker: bytes, note: dict[str, Any],
+                present: bool) -> list[list[dict[str, Any]]]:
+    """The transactions with the in-progress marker: put (with how many are committed) in
+    every transaction but the last, deleted in the last one when there is more than one or
+    when one is ``present`` (left by an interrupted run). ``todo`` leaves room for it: one
+    operation fewer than the limit."""
+    out = []
+    for i, batch in enumerate(todo):
+        last = i == len(todo) - 1
+        if not last:
+            value = json.dumps({**note, "transactions": len(todo), "committed": i + 1},
+                               sort_keys=True).encode()
+            batch = [*batch, {"op": "put", "key": marker, "value": value, "lease": False}]
+        elif len(todo) > 1 or present:
+            batch = [*batch, {"op": "del", "key": marker}]
+        out.append(batch)
+    if not todo and present:
+        out.append([{"op": "del", "key": marker}])
+    return out
+
+
+def marker_of(records: list[dict[str, Any]], prefix: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The records without the in-progress marker (raw or base64 keys), and the marker's
+    value ({} when there is none)."""
+    key = prefix.encode() + MARKER
+    rest, found = [], {}
+    for r in records:
+        k = r["key"] if isinstance(r["key"], bytes) else raw(r["key"])
+        if k == key:
+            v = r["value"] if isinstance(r["value"], bytes) else raw(r["value"])
+            try:
+                found = json.loads(v) if v else {}
+            except ValueError:
+                found = {"unreadable": v[:200].decode(errors="replace")}
+            found = found if isinstance(found, dict) and found else {"marker": True}
+        else:
+            rest.append(r)
+    return rest, found
+
+
+def interrupted(prefix: str, restore: dict[str, Any]) -> str:
+    """One line about an interrupted replace, from its marker."""
+    done = f"{restore.get('committed', '?')} of {restore.get('transactions', '?')} transactions"
+    copy = restore.get("file") or restore.get("copy") or "a copy"
+    return (f"a restore of {copy} into {prefix} was interrupted after {done} (started "
+            f"{restore.get('started', '?')}): the prefix mixes old and restored keys; run the "
+            "restore again with the same copy to finish it")
 
 
 def moved(records: list[dict[str, Any]], source: str, target: str) -> list[dict[str, Any]]:
@@ -273,6 +338,10 @@ def cluster_id(header: dict[str, Any]) -> str:
 
 def op_dump(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
     header, records = etcd.read(p["prefix"], p["page"])
+    records, restore = marker_of(records, p["prefix"])
+    if restore:
+        raise PrefixError(f"{interrupted(p['prefix'], restore)}; a copy of it now would copy "
+                          "the mix, so none was made")
     count, size = totals(records)
     head = {"format": FORMAT, "prefix": p["prefix"], "revision": header["revision"],
             "cluster_id": cluster_id(header), "key_count": count, "bytes": size}
@@ -288,14 +357,18 @@ def op_dump(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
 
 def op_usage(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
     header, records = etcd.read(p["prefix"], p["page"])
+    records, restore = marker_of(records, p["prefix"])
     count, size = totals(records)
     return {"changed": False, "revision": header["revision"], "key_count": count, "bytes": size,
-            "cluster_id": cluster_id(header)}
+            "cluster_id": cluster_id(header), "restore": restore}
 
 
-def current(etcd: Etcdctl, p: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def current(etcd: Etcdctl, p: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """The prefix now: header, records (raw bytes) without the in-progress marker, the marker."""
     header, records = etcd.read(p["prefix"], p["page"])
-    return header, [{**r, "key": raw(r["key"]), "value": raw(r["value"])} for r in records]
+    rest, restore = marker_of([{**r, "key": raw(r["key"]), "value": raw(r["value"])}
+                               for r in records], p["prefix"])
+    return header, rest, restore
 
 
 def op_replace(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
@@ -304,11 +377,16 @@ def op_replace(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
     if source != head["prefix"]:
         raise PrefixError(f"the copy is of prefix {head['prefix']}, not {source}; nothing was changed")
     copy = moved(copy, source, p["prefix"])
-    _, now = current(etcd, p)
+    copy, _ = marker_of(copy, p["prefix"])
+    _, now, left = current(etcd, p)
     ops = plan(copy, now)
-    todo = batches(ops, p["max_txn_ops"], p["max_txn_bytes"])
+    note = {**p["restore_note"], "copy": os.path.basename(p["src"]), "copy_revision": head["revision"],
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    marker = p["prefix"].encode() + MARKER
+    todo = with_marker(batches(ops, p["max_txn_ops"] - 1, p["max_txn_bytes"]), marker, note,
+                       bool(left))
     done = {"deleted": 0, "put": 0, "transactions": 0}
-    if ops and not check:
+    if todo and not check:
         lease = ""
         if any(op.get("lease") for op in ops):
             lease = f"{int(etcd.run(['lease', 'grant', str(p['lease_ttl'])])['ID']):x}"
@@ -326,18 +404,22 @@ def op_replace(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
                     "put), so the prefix is partly restored. Stop what writes there and run "
                     "the restore again with the same file to finish it")
             done["transactions"] += 1
-            done["deleted"] += sum(op["op"] == "del" for op in batch)
-            done["put"] += sum(op["op"] == "put" for op in batch)
-    header, after = current(etcd, p)
+            done["deleted"] += sum(op["op"] == "del" and op["key"] != marker for op in batch)
+            done["put"] += sum(op["op"] == "put" and op["key"] != marker for op in batch)
+    header, after, still = current(etcd, p)
+    if not check and still:
+        raise PrefixError(f"after {done['transactions']} transaction(s) the in-progress marker "
+                          f"is still there: {interrupted(p['prefix'], still)}")
     if not check and plan(copy, after):
         raise PrefixError(f"after {done['transactions']} transaction(s) {p['prefix']} still "
                           f"differs from the copy in {len(plan(copy, after))} key(s): a client "
                           "writes there; stop it and run the restore again")
     count, size = len(after), sum(len(r["key"]) + len(r["value"]) for r in after)
-    return {"changed": bool(ops), "revision": header["revision"], "key_count": count,
+    return {"changed": bool(todo), "revision": header["revision"], "key_count": count,
             "bytes": size, "cluster_id": cluster_id(header), **done,
             "planned": {"deleted": sum(o["op"] == "del" for o in ops),
-                        "put": sum(o["op"] == "put" for o in ops), "transactions": len(todo)}}
+                        "put": sum(o["op"] == "put" for o in ops), "transactions": len(todo)},
+            "resumed": left}
 
 
 OPS: dict[str, Callable[[Etcdctl, dict[str, Any], bool], dict[str, Any]]] = {
@@ -363,6 +445,7 @@ def main() -> None:
             "max_txn_ops": {"type": "int", "default": 128},
             "max_txn_bytes": {"type": "int", "default": 1048576},
             "lease_ttl": {"type": "int", "default": 3600},
+            "restore_note": {"type": "dict", "default": {}},
         },
         required_if=[("op", "dump", ["dest"]), ("op", "replace", ["src"])],
         supports_check_mode=True,
@@ -371,6 +454,9 @@ def main() -> None:
     if not p["prefix"].startswith("/") or not p["prefix"].endswith("/"):
         module.fail_json(msg=f"prefix: '{p['prefix']}' is not a prefix as kube-apiserver uses it "
                              "(/<prefix>/); give the tenant's key_prefix")
+    if p["max_txn_ops"] < 2:
+        module.fail_json(msg=f"max_txn_ops: {p['max_txn_ops']} leaves no room for the data; give at "
+                             "least 2 (one operation is the in-progress marker; etcd's limit is 128)")
     etcd = Etcdctl(p, module.get_bin_path(p["etcdctl"], required=True, opt_dirs=["/usr/local/bin"]))
     try:
         result = OPS[p["op"]](etcd, p, module.check_mode)

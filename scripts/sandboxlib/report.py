@@ -334,11 +334,15 @@ def usage_lines(st: Status) -> list[str]:
             else size(e["max_bytes"]) + (" (OVER)" if e.get("over_max_bytes") else ""))
         if "error" in e:
             rows.append([e["name"], "?", "?", "?", most])
+        elif e.get("restore"):
+            rows.append([e["name"] + " (RESTORE INTERRUPTED)", str(e["key_count"]), size(e["bytes"]),
+                         usage.share(e), most])
         else:
             rows.append([e["name"], str(e["key_count"]), size(e["bytes"]), usage.share(e), most])
     quota = size(st.usage[0]["quota_backend_bytes"])
     lines = [table(["TENANT", "KEYS", "BYTES", f"OF QUOTA ({quota})", "MAX_BYTES"], rows)]
     lines += [f"usage: {e['name']}: unknown ({e['error']})" for e in st.usage if "error" in e]
+    lines += [f"usage: {e['name']}: {usage.interrupted(e)}" for e in st.usage if e.get("restore")]
     lines.append("usage: keys and values under each prefix at one revision, read with the "
                  "tenant's own certificate; max_bytes is checked by verify, not enforced "
                  "(etcd has no per-prefix quota)")

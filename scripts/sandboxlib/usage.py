@@ -91,6 +91,8 @@ def entries(hosts: Iterable[Mapping[str, Any]], tenants: Iterable[Mapping[str, A
                              "max_bytes": t.get("max_bytes")}
         if "max_bytes" in t and max_bytes_error(t["max_bytes"]):   # an inventory not validated
             e["max_bytes_error"] = f"k0s_tenants ({name}).max_bytes: {max_bytes_error(t['max_bytes'])}"
+        if got.get("restore"):
+            e["restore"] = dict(got["restore"])
         if "key_count" in got:
             size = int(got["bytes"])
             e.update(key_count=int(got["key_count"]), bytes=size, revision=got.get("revision"),
@@ -109,8 +111,36 @@ def share(e: Mapping[str, Any]) -> str:
     return f"{100 * float(e.get('quota_share', 0)):.2g}%"
 
 
+def finish_command(restore: Mapping[str, Any]) -> str:
+    """The command that finishes an interrupted tenant restore, from its in-progress marker
+    (plugins/modules/sandbox_etcd_prefix.py: the tenant, --as and the copy's path)."""
+    path = str(restore.get("file") or restore.get("copy") or "FILE")
+    try:
+        path = os.path.relpath(path) if os.path.isabs(path) and Path(path).resolve().is_relative_to(
+            Path.cwd().resolve()) else path
+    except (OSError, ValueError):
+        pass
+    cmd = f"scripts/sandbox restore --tenant {restore.get('tenant') or 'T'} {path}"
+    return cmd + (f" --as {restore['as']}" if restore.get("as") else "")
+
+
+def interrupted(e: Mapping[str, Any]) -> str:
+    """What an interrupted restore left in the tenant's prefix, and the command that finishes
+    it ('' when none is recorded)."""
+    r = e.get("restore")
+    if not r:
+        return ""
+    return (f"RESTORE INTERRUPTED: {e['prefix']} mixes old keys and keys of "
+            f"{r.get('copy', 'a copy')} (revision {r.get('copy_revision', '?')}), "
+            f"{r.get('committed', '?')} of {r.get('transactions', '?')} transactions committed "
+            f"(started {r.get('started', '?')}); its API servers stay stopped; finish it: "
+            f"{finish_command(r)}")
+
+
 def line(e: Mapping[str, Any]) -> str:
     """One line of a tenant's usage, as verify's report and tenant-usage.yml show it."""
+    if e.get("restore") and "error" not in e:
+        return f"{e['name']} ({e['prefix']}): {e['key_count']} keys; {interrupted(e)}"
     if "error" in e:
         return f"{e['name']} ({e['prefix']}): usage unknown ({e['error']})"
     text = (f"{e['name']} ({e['prefix']}): {e['key_count']} keys, {e['bytes']} bytes (keys "
@@ -133,6 +163,8 @@ def check(e: Mapping[str, Any]) -> dict[str, Any]:
         return {"name": name, "ok": False, "detail": f"could not be read: {e['error']}"}
     if "max_bytes_error" in e:
         return {"name": name, "ok": False, "detail": e["max_bytes_error"]}
+    if e.get("restore"):
+        return {"name": name, "ok": False, "detail": f"tenant {e['name']}: {interrupted(e)}"}
     if e.get("over_max_bytes"):
         return {"name": name, "ok": False,
                 "detail": (f"tenant {e['name']} holds {e['bytes']} bytes under {e['prefix']} "
