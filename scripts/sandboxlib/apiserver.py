@@ -141,3 +141,19 @@ def up_vars(topo: Topology, extra: dict[str, Any], mode: str, screen: Screen,
         result["detail"] = ("Kubernetes' CRD API server 1.36.4, not k0s: "
                             + ("built, cached for next time" if built else "from the cache"))
     return {"crd_apiserver_dir": str(out)}
+
+
+def planned_vars(topo: Topology, extra: dict[str, Any], mode: str) -> dict[str, Any] | None:
+    """The variables up_vars would give, without building: None when it would build (the
+    stand-in's cache is not complete), so a no-op check cannot answer for it."""
+    if not topo.tenants:
+        return {}
+    if mode == "off":
+        return {"crd_apiserver_enabled": False}
+    if mode == "auto" and k0s_source(topo, extra):
+        return {}
+    done = subprocess.run([str(BUILD), "--print-dir"], capture_output=True, text=True,
+                          check=False)
+    out = Path(done.stdout.strip())
+    complete = all((out / f).is_file() for f in ("apiextensions-apiserver", "kubectl", "BUILDINFO"))
+    return {"crd_apiserver_dir": str(out)} if done.returncode == 0 and complete else None

@@ -2,7 +2,8 @@
 
 On the podman backend, with several repetitions and medians:
   1. cold ``up`` of the default topology (node image present, no nodes, no PKI),
-  2. warm ``up`` with nothing changed (must report changed=0),
+  2. warm ``up --force`` with nothing changed (the full converge; must report changed=0),
+     then a no-op ``up`` (the check alone: must say "nothing to change"),
   3. ``down``,
   4. cold ``up`` with 1, 3, 5 and 7 etcd members (plus one controller),
   5. the floor: the same containers created and etcd started directly (podman run + etcd
@@ -201,9 +202,13 @@ def _measure(bench: Bench, work: Path, reps: int, counts: list[int], etcd_bin: P
     for rep in range(1, reps + 1):
         took, stdout = bench.sandbox("up", "-v", *t)
         bench.record("cold-up", 3, rep, took, **bench.phases(stdout))
-        took, stdout = bench.sandbox("up", "-v", *t)
+        took, stdout = bench.sandbox("up", "--force", "-v", *t)
         changed = sum(int(m.group(3)) for m in DONE_RE.finditer(stdout))
         bench.record("warm-up", 3, rep, took, changed=changed, **bench.phases(stdout))
+        took, stdout = bench.sandbox("up", *t)
+        if "nothing to change" not in stdout:
+            raise RuntimeError(f"a no-op up converged:\n{stdout}")
+        bench.record("noop-up", 3, rep, took)
         took, _ = bench.sandbox("down", "--purge", *t)
         bench.record("down", 3, rep, took)
     for n in counts:
@@ -243,7 +248,7 @@ def run(reps: int, counts: list[int], out: Path, with_floor: bool) -> int:
         writer.writeheader()
         writer.writerows(bench.rows)
     print("\n  case        members  median s   floor s   ratio")
-    for case in ("cold-up", "warm-up", "down"):
+    for case in ("cold-up", "warm-up", "noop-up", "down"):
         for n in sorted({r["members"] for r in bench.rows if r["case"] == case}):
             m, f = median(bench.rows, case, n), median(bench.rows, "floor", n)
             ratio = f"{m / f:5.1f}x" if (case == "cold-up" and m and f) else ""

@@ -26,6 +26,7 @@ from . import (
     apiserver,
     chaos,
     day2,
+    fingerprint,
     inventory,
     kube,
     progress,
@@ -140,6 +141,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     if sb.backend == "podman":
         podman_subnet_free(sb.topo)
     apiserver.refuse_test_double(sb.topo, extra)
+    why: list[str] = []   # why the converge runs (fingerprint.py), for the log
+    if sb.backend == "podman" and not args.force:
+        why = fingerprint.why_converge(sb.topo, sb.backend, extra, args.apiserver)
+        if not why:
+            return 0
     # Every check that needs no node, before anything is created or written (.sandbox/ too).
     runner.validate(sb.topo, sb.backend, extra)
     extra["sandbox_validated"] = True  # site.yml skips its own validate phase
@@ -149,6 +155,8 @@ def cmd_up(args: argparse.Namespace) -> int:
           flush=True)
     with runner.run_context(sb.topo, "up") as ctx:
         ctx.screen.line(f"    full log: {report.display_path(ctx.log_path)}")
+        with open(ctx.log_path, "a", encoding="utf-8") as log:
+            log.writelines(f"# converging: {reason}\n" for reason in why)
         if sb.topo.tenants:
             try:
                 extra.update(apiserver.up_vars(sb.topo, extra, args.apiserver, ctx.screen,
@@ -158,9 +166,12 @@ def cmd_up(args: argparse.Namespace) -> int:
                               f"(log: {report.display_path(ctx.log_path)}; or run up with "
                               "--apiserver off)") from None
         if sb.backend == "podman":
+            given = fingerprint.inputs(sb.topo, sb.backend, extra)
+            extra["sandbox_converge_inputs"] = given   # each node records them at the end
             with pki_beside_nodes(ctx, sb, extra):
                 runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
             runner.run_playbook(ctx, sb.topo, sb.backend, "site.yml", extra)
+            fingerprint.seal(sb.topo, given, extra)
         else:
             runner.vagrant_up(ctx, sb.topo, extra)
     print(f"sandbox: up finished in {time.time() - t0:.0f}s\n")
@@ -315,6 +326,10 @@ def build_parser() -> Parser:
                    help="Kubernetes' CRD API server as a stand-in for k0s's kube-apiserver "
                         "(not k0s): auto = build and run it when no k0s binary can be had "
                         "(default), on = always build it, off = never")
+    u.add_argument("--force", action="store_true",
+                   help="converge even when the sandbox is as the last converge left it and "
+                        "nothing it was made from changed (without it such an up says "
+                        "'nothing to change' after one check per node)")
     u.add_argument("--set", action="append", metavar="VAR=VALUE",
                    help="a role variable for this run (VALUE is YAML; repeatable), e.g. "
                         "--set etcd_version=3.5.21 --set k0s_enable_worker=true")

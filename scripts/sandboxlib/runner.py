@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from . import fingerprint
 from .progress import PlaybookView, Screen
 from .topology import REPO_ROOT, Topology
 
@@ -83,9 +84,15 @@ def _read_events(fifo: Path, view: PlaybookView) -> None:
                 view.handle(ev)
 
 
+# Commands whose playbooks only read the sandbox: they keep up's record of the last converge.
+READ_ONLY = ("verify", "status")
+
+
 @contextlib.contextmanager
 def run_context(topo: Topology, command: str, out: TextIO | None = None) -> Iterator[RunContext]:
     """A log file for ``command`` and a FIFO whose events are shown on ``out`` (stdout)."""
+    if command not in READ_ONLY:
+        fingerprint.forget(topo)   # it may change the sandbox: the next `up` converges
     logs = topo.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
