@@ -141,13 +141,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     if sb.backend == "podman":
         podman_subnet_free(sb.topo)
     apiserver.refuse_test_double(sb.topo, extra)
-    why: list[str] = []   # why the converge runs (fingerprint.py), for the log
+    why = fingerprint.Result()   # why the converge runs (fingerprint.py)
     if sb.backend == "podman" and not args.force:
         why = fingerprint.why_converge(sb.topo, sb.backend, extra, args.apiserver)
-        if not why:
+        if why.unchanged:
             return 0
     # Every check that needs no node, before anything is created or written (.sandbox/ too).
     runner.validate(sb.topo, sb.backend, extra)
+    fingerprint.say_why(sb.topo, why)
     extra["sandbox_validated"] = True  # site.yml skips its own validate phase
     remember(sb)
     t0 = time.time()
@@ -156,7 +157,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     with runner.run_context(sb.topo, "up") as ctx:
         ctx.screen.line(f"    full log: {report.display_path(ctx.log_path)}")
         with open(ctx.log_path, "a", encoding="utf-8") as log:
-            log.writelines(f"# converging: {reason}\n" for reason in why)
+            log.writelines(f"# converging: {reason}\n" for reason in why.reasons)
         if sb.topo.tenants:
             try:
                 extra.update(apiserver.up_vars(sb.topo, extra, args.apiserver, ctx.screen,

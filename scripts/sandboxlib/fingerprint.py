@@ -40,13 +40,15 @@ from . import apiserver, inventory, remote, report
 from .topology import REPO_ROOT, Topology
 
 RECORD = "converged.json"            # in the state dir (the control node's record)
+NO_RECORD = ("no record of a finished converge on the control node (a first up, --force, or a "
+             "converge or day-2 command since)")
 NODE_RECORD = "/var/lib/k0sbox/converged.json"
 MODULE = REPO_ROOT / "plugins" / "modules" / "sandbox_fingerprint.py"
 # What decides a node's state, besides the topology and the variables.
 CODE = ("roles", "playbooks", "plugins", "ansible.cfg", "requirements.txt")
 # The control node's files a converge reads or writes (certificates, keys, kubeconfigs).
 LOCAL_FILES = ("pki", "kube", "kubeconfig", "ssh")
-CACHES = (REPO_ROOT / ".cache" / "k0s", REPO_ROOT / ".cache" / "etcd")
+CACHES = (".cache/k0s", ".cache/etcd")   # downloads the roles use when they are there
 # Variables of the run that are not inputs: how the CLI drives the run.
 NOT_INPUTS = ("sandbox_validated", "sandbox_converge_inputs")
 LABELS = {"code": "roles/, playbooks/, plugins/ (or ansible.cfg, requirements.txt)",
@@ -74,7 +76,7 @@ def tree_digest(paths: Iterable[Path], base: Path, contents: bool = True) -> str
     for path in _files(paths):
         try:
             st = path.stat()
-            digest.update(f"{path.relative_to(base)}\0{st.st_mode:o}\0".encode())
+            digest.update(f"{os.path.relpath(path, base)}\0{st.st_mode:o}\0".encode())
             if contents:
                 digest.update(path.read_bytes())
             else:
@@ -93,7 +95,7 @@ def inputs(topo: Topology, backend: str, extra: dict[str, Any]) -> dict[str, str
     """The digests of what decides the nodes' state, known before the converge."""
     variables = {k: v for k, v in extra.items() if k not in NOT_INPUTS}
     binary = os.environ.get("K0S_BINARY", "")
-    versions = [tree_digest(CACHES, REPO_ROOT.parent, contents=False)]
+    versions = [tree_digest([REPO_ROOT / c for c in CACHES], REPO_ROOT, contents=False)]
     if binary:
         versions.append(tree_digest([Path(binary)], Path("/"), contents=False))
     build = extra.get("crd_apiserver_dir")
@@ -158,6 +160,7 @@ def seal(topo: Topology, given: dict[str, str], extra: dict[str, Any]) -> None:
 class Result:
     reasons: list[str] = field(default_factory=list)
     checked: dict[str, int] = field(default_factory=dict)
+    took: float = 0.0
 
     @property
     def unchanged(self) -> bool:
@@ -201,8 +204,7 @@ def check(topo: Topology, backend: str, given: dict[str, str],
     try:
         sealed = json.loads((topo.state_dir / RECORD).read_text())
     except (OSError, ValueError):
-        res.reasons.append("no record of a finished converge on the control node (a first "
-                           "up, --force, or a converge or day-2 command since)")
+        res.reasons.append(NO_RECORD)
         return res
     now = {**given, "local files": local_files(topo)}
     was = sealed.get("inputs") or {}
@@ -249,30 +251,36 @@ def check(topo: Topology, backend: str, given: dict[str, str],
 SHOWN = 12   # reasons printed; the log has them all
 
 
-def why_converge(topo: Topology, backend: str, extra: dict[str, Any], mode: str) -> list[str]:
-    """``up``'s check before it converges: [] (and says "nothing to change" with what it
-    checked) when the sandbox is as the last converge left it and its inputs are the same;
-    else the reasons, printed (the first SHOWN) before the converge runs."""
+def why_converge(topo: Topology, backend: str, extra: dict[str, Any], mode: str) -> Result:
+    """``up``'s check before it converges. Nothing to change (the sandbox is as the last
+    converge left it, the inputs are the same): says so with what it checked. Else the
+    reasons, which say_why prints once the input is known to be valid."""
     t0 = time.time()
     planned = apiserver.planned_vars(topo, extra, mode)
     if planned is None:
         res = Result(reasons=["the Kubernetes API stand-in is not built yet"])
     else:
         res = check(topo, backend, inputs(topo, backend, {**extra, **planned}), extra)
-    took = time.time() - t0
+    res.took = time.time() - t0
     if res.unchanged:
         c = res.checked
-        print(f"sandbox: up '{topo.name}': nothing to change ({took:.1f}s): the inputs are the "
-              "last converge's (roles, playbooks, plugins, topology, variables, versions, PKI) "
-              f"and its {c.get('nodes', 0)} nodes are as it left them ({c.get('files', 0)} "
+        print(f"sandbox: up '{topo.name}': nothing to change ({res.took:.1f}s): the inputs are "
+              "the last converge's (roles, playbooks, plugins, topology, variables, versions, "
+              f"PKI) and its {c.get('nodes', 0)} nodes are as it left them ({c.get('files', 0)} "
               f"files, {c.get('services', 0)} services, {c.get('users', 0)} users, "
               f"{c.get('packages', 0)} packages{', etcd RBAC' if c.get('scripts') else ''}; "
               f"{c.get('members', 0)} etcd members healthy)\n"
               "    scripts/sandbox status shows it, verify checks everything, up --force "
               "converges anyway")
-        return []
+    return res
+
+
+def say_why(topo: Topology, res: Result) -> None:
+    """why_converge's reasons (the first SHOWN; the log has them all), unless the only one is
+    that there is no record (a first up, or one after --force or a day-2 command)."""
+    if res.reasons in ([], [NO_RECORD]):
+        return
     more = len(res.reasons) - SHOWN
-    print(f"sandbox: up '{topo.name}': converging ({took:.1f}s to find out):\n"
+    print(f"sandbox: up '{topo.name}': converging ({res.took:.1f}s to find out):\n"
           + "".join(f"    {r}\n" for r in res.reasons[:SHOWN])
           + (f"    ... and {more} more (in the log)\n" if more > 0 else ""), end="", flush=True)
-    return res.reasons
