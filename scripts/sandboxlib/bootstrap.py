@@ -89,14 +89,13 @@ def is_root() -> bool:
 
 
 def missing_debian_packages(packages: tuple[str, ...]) -> list[str]:
-    """The packages of ``packages`` that dpkg does not list as installed."""
-    missing = []
-    for pkg in packages:
-        res = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg],
-                             capture_output=True, text=True, check=False)
-        if res.returncode != 0 or "install ok installed" not in res.stdout:
-            missing.append(pkg)
-    return missing
+    """The packages of ``packages`` that dpkg does not list as installed (one dpkg-query:
+    every command runs this, a no-op ``up`` too)."""
+    res = subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Status}\n", "--", *packages],
+                         capture_output=True, text=True, check=False)
+    installed = {line.split(" ", 1)[0] for line in res.stdout.splitlines()
+                 if line.endswith(" install ok installed")}
+    return [pkg for pkg in packages if pkg not in installed]
 
 
 def apt_install(packages: list[str]) -> None:

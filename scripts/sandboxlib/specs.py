@@ -27,7 +27,9 @@ SCALAR = {"str": str, "path": str, "int": int}
 def entry_points(role: str) -> dict[str, Any]:
     """A role's argument_specs: entry point -> {short_description, options}."""
     path = REPO_ROOT / "roles" / role / "meta" / "argument_specs.yml"
-    return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("argument_specs") or {}
+    # libyaml's loader where PyYAML has it: 7x faster, and every command reads these files
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return (yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or {}).get("argument_specs") or {}
 
 
 def entry(ref: str) -> dict[str, Any]:
