@@ -8,6 +8,7 @@ reuses the cache) when no k0s binary can be had, so a fresh clone gets a working
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import urllib.error
@@ -43,13 +44,19 @@ API_PROBE = (
 )
 
 
+@functools.cache
+def k0s_defaults() -> dict[str, Any]:
+    """roles/k0s_controller's defaults, read once (libyaml's loader where PyYAML has it)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(K0S_DEFAULTS.read_text(), Loader=loader) or {}
+
+
 def k0s_setting(topo: Topology, extra: dict[str, Any], name: str) -> str:
     if name in extra:
         return str(extra[name] or "")
     if name in topo.vars:
         return str(topo.vars[name] or "")
-    defaults = yaml.safe_load(K0S_DEFAULTS.read_text()) or {}
-    value = str(defaults.get(name, "") or "")
+    value = str(k0s_defaults().get(name, "") or "")
     return "" if "{{" in value else value
 
 
