@@ -47,20 +47,20 @@ def load_plugin(relative: str) -> Any:
 
 
 def run_module(module: str, args: dict[str, Any], *extra: str) -> tuple[dict[str, Any], str]:
-    """One of the project's modules (plugins/modules/) run by Ansible on this host, as a role
-    runs it: its result, and Ansible's whole output (JSON)."""
+    """One of the collection's modules (plugins/modules/, by its FQCN) run by Ansible on this
+    host, as a role runs it: its result, and Ansible's whole output (JSON)."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
     res = subprocess.run([str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local",
                           "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}",
-                          "-m", module, "-a", json.dumps(args), *extra],
+                          "-m", f"k0sbox.external_etcd.{module}", "-a", json.dumps(args), *extra],
                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
     return json.loads(res.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"], res.stdout
 
 
 def load_k0s_filter(name: str) -> Any:
-    """A filter plugin module of roles/k0s_controller (filter_plugins/<name>.py), imported."""
-    return load_plugin(f"roles/k0s_controller/filter_plugins/{name}.py")
+    """A filter plugin module of roles/k0s_controller (plugins/filter/<name>.py), imported."""
+    return load_plugin(f"plugins/filter/{name}.py")
 
 
 def base_topology() -> dict[str, Any]:

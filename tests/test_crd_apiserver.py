@@ -15,7 +15,7 @@ from conftest import load_plugin
 REPO = Path(__file__).resolve().parents[1]
 
 
-crd = load_plugin("roles/crd_apiserver/filter_plugins/crd_apiserver.py")
+crd = load_plugin("plugins/filter/crd_apiserver.py")
 TLS = {"caFile": "/etc/k0s/etcd/ca.crt", "clientCertFile": "/etc/k0s/etcd/client.crt",
        "clientKeyFile": "/etc/k0s/etcd/client.key"}
 

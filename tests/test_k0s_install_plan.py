@@ -169,7 +169,7 @@ def _plan(tmp_path: Path, name: str, records: dict[str, str],
     out = tmp_path / name
     out.mkdir()
     playbook = tmp_path / f"{name}.yml"
-    playbook.write_text(PLAYBOOK.format(role=REPO / "roles" / "k0s_controller", out=out))
+    playbook.write_text(PLAYBOOK.format(role="k0sbox.external_etcd.k0s_controller", out=out))
     inventory = _inventory(tmp_path / f"{name}-inventory.yml", records, changes, unit_sha,
                            limit_tenant)
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}

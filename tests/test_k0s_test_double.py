@@ -115,7 +115,7 @@ PLAY = """
   gather_facts: false
   tasks:
     - ansible.builtin.include_role:
-        name: k0s_controller
+        name: k0sbox.external_etcd.k0s_controller
         tasks_from: binary
       vars:
         k0s_probe: {arch: x86_64}

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import load_plugin
 
-plan_of = load_plugin("roles/podman_nodes/filter_plugins/podman_nodes.py").podman_nodes_plan
+plan_of = load_plugin("plugins/filter/podman_nodes.py").podman_nodes_plan
 
 IMAGE = "localhost/k0s-etcd-sandbox-node:abc123"
 OTHER = "localhost/k0s-etcd-sandbox-node:molecule-other-recipe"
