@@ -1,4 +1,4 @@
-"""Shared pytest helpers: the repo root on sys.path (scripts/), topology files, the CLI."""
+"""Shared pytest helpers: scripts/ and the collection on sys.path, topology files, the CLI."""
 
 from __future__ import annotations
 
@@ -18,6 +18,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO_ROOT / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
+# The collection's plugins import its plugin_utils as ansible_collections.k0sbox.external_etcd
+# (.collections/ links it to the root, as ansible.cfg's collections_path does for Ansible).
+COLLECTIONS = REPO_ROOT / ".collections"
+if str(COLLECTIONS) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS))
 
 # Test topologies use names starting with t- and podman subnets 10.213.50-59.0/24.
 BASE_TOPOLOGY: dict[str, Any] = {

@@ -3,7 +3,7 @@ blocks"): no task file, playbook or scenario writes its own copy again.
 
 - the etcd operations (who leads, moving leadership, waiting for health, comparing the
   members' data, promoting a learner) are plugins/modules/sandbox_etcd.py's;
-- the tenant rules are scripts/sandboxlib/tenants.py's, and the roles read each tenant's
+- the tenant rules are plugins/plugin_utils/sandbox_tenants.py's, and the roles read each tenant's
   normalised prefix (``key_prefix``) instead of normalising it again;
 - no ``python3 -c`` program is embedded in a role's tasks.
 """
@@ -76,7 +76,7 @@ def test_the_scan_sees_tasks() -> None:
 
 
 # The test double of k0s copies kube-apiserver's own normalisation (it stands in for it).
-PREFIX_RULE_HOME = {"scripts/sandboxlib/tenants.py",
+PREFIX_RULE_HOME = {"plugins/plugin_utils/sandbox_tenants.py", "scripts/sandboxlib/sandbox_tenants.py",
                     "molecule/shared/k0s-test-double/k0s_double_common.py"}
 
 
@@ -89,7 +89,7 @@ def test_the_tenant_rules_live_in_one_module() -> None:
         text = path.read_text(encoding="utf-8")
         if re.search(r"""strip\(["']/["']\) \+ ["']/["']|RESERVED_TENANT_NAMES = """, text):
             copies.append(rel)
-    assert copies == [], "import scripts/sandboxlib/tenants.py instead"
+    assert copies == [], "import plugins/plugin_utils/sandbox_tenants.py instead"
     users = [str(p.relative_to(REPO)) for p in yaml_files() if "k0s_normalize_prefix" in p.read_text()]
     assert users == [], "read the tenant's key_prefix (the inventory normalised it once)"
 

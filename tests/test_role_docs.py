@@ -59,3 +59,19 @@ def test_defaults_specs_and_readme_agree(role: str) -> None:
     assert differ == {}, "the spec's default is not the defaults file's"
     assert [k for k in options if f"`{k}`" not in readme] == [], "not named in README.md"
     assert [k for k, o in options.items() if not str(o.get("description") or "").strip()] == []
+
+
+ENTRY_POINTS = [(role, name) for role in ROLES for name in _entry_points(role)]
+
+
+@pytest.mark.parametrize(("role", "name"), ENTRY_POINTS, ids=[f"{r}/{n}" for r, n in ENTRY_POINTS])
+def test_the_collection_docs_list_every_entry_point(role: str, name: str) -> None:
+    """docs/collection.md's table has a row for each entry point of each role, by FQCN."""
+    rows = (REPO / "docs" / "collection.md").read_text().splitlines()
+    start = next(i for i, r in enumerate(rows) if r.startswith(f"| `k0sbox.external_etcd.{role}` |"))
+    block = [rows[start]]
+    for r in rows[start + 1:]:
+        if not r.startswith("| |"):
+            break
+        block.append(r)
+    assert any(f"| `{name}` |" in r for r in block), f"docs/collection.md: no row for {role} {name}"

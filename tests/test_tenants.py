@@ -1,4 +1,4 @@
-"""THE tenant rules (scripts/sandboxlib/tenants.py): one module, imported by the topology
+"""THE tenant rules (plugins/plugin_utils/sandbox_tenants.py): one module, imported by the topology
 (the CLI, the inventory plugin) and by the playbooks' filter (plugins/filter/sandbox_tenants.py),
 so a topology file and a hand-written inventory are held to the same rules; the inventory
 hands the roles each tenant's normalised prefix once, as ``key_prefix``."""
@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 from conftest import base_topology, load_plugin
-from sandboxlib import inventory, tenants, topology
+from sandboxlib import inventory, topology
+from sandboxlib import sandbox_tenants as tenants
 
 flt = load_plugin("plugins/filter/sandbox_tenants.py")
 
@@ -22,7 +23,10 @@ def tenant(name: str, prefix: str, controller: str = "c1") -> dict[str, Any]:
 
 
 def test_the_filter_applies_the_topology_s_module() -> None:
-    assert flt.tenants is tenants
+    """One file: the collection's plugin_utils, which scripts/sandboxlib links to."""
+    assert Path(flt.tenants.__file__).resolve() == Path(tenants.__file__).resolve()
+    assert Path(tenants.__file__).resolve() == (
+        Path(__file__).resolve().parents[1] / "plugins/plugin_utils/sandbox_tenants.py")
     assert topology.tenant_rules is tenants
 
 

@@ -59,11 +59,14 @@ def test_plan_full_quick_and_one_scenario() -> None:
     serial, heavy = testrun.plan(_args(), known)
     assert [n for n, _ in serial][-2:] == ["build-apiserver", "build-image"]
     assert "ansible-lint" not in dict(serial)
-    assert sorted(n for n, _ in heavy) == ["ansible-lint", "molecule etcd", "molecule lb",
-                                           "pytest", "pytest vagrant-e2e"]
+    assert sorted(n for n, _ in heavy) == ["ansible-lint", "ansible-test sanity", "molecule etcd",
+                                           "molecule lb", "pytest", "pytest collection-e2e",
+                                           "pytest vagrant-e2e"]
+    # the collection's e2e is a stage of its own, not also part of the pytest stage
+    assert testrun.COLLECTION_E2E in " ".join(dict(heavy)["pytest"])
     serial, heavy = testrun.plan(_args("--quick"), known)
     assert heavy == [] and serial[-1][0] == "pytest" and "build-image" not in dict(serial)
-    assert "ansible-lint" in dict(serial)
+    assert "ansible-lint" in dict(serial) and "ansible-test sanity" in dict(serial)
     assert testrun.VAGRANT_E2E in " ".join(serial[-1][1])   # as --ignore=
     serial, heavy = testrun.plan(_args("-s", "lb"), known)
     assert [n for n, _ in serial] == ["build-image"] and [n for n, _ in heavy] == ["molecule lb"]

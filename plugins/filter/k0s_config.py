@@ -3,7 +3,7 @@
 k0s (v1.36) rejects a config at ``k0s install controller`` / ``k0s config validate`` with
 the messages below; the sandbox adds its own checks on top (https:// endpoints need the TLS
 files). Running them before any node changes gives the same answer k0s would, earlier. The
-tenant rules (names, prefixes) are scripts/sandboxlib/tenants.py's (plugins/filter/sandbox_tenants.py).
+tenant rules (names, prefixes) are plugins/plugin_utils/sandbox_tenants.py's (plugins/filter/sandbox_tenants.py).
 
 The field lists below are taken from k0s v1.36.3+k0s.2's Go types (json tags of
 pkg/apis/k0s/v1beta1 ClusterSpec, APISpec, StorageSpec, EtcdConfig, ExternalCluster);

@@ -11,16 +11,12 @@ pkg/certificate/manager.go:56-62), even over a prefix that holds an older cluste
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-# THE prefix rule (kube-apiserver's normalisation) is scripts/sandboxlib/tenants.py's.
-_SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
-if str(_SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(_SCRIPTS))
-
-from sandboxlib.tenants import normalize_prefix
+# THE prefix rule (kube-apiserver's normalisation) is plugins/plugin_utils/sandbox_tenants.py's.
+from ansible_collections.k0sbox.external_etcd.plugins.plugin_utils.sandbox_tenants import (
+    normalize_prefix,
+)
 
 # The k0s test double (molecule/shared/k0s-test-double) says this in its first lines.
 TEST_DOUBLE_MARKER = "k0s test double (not k0s)"
@@ -85,13 +81,13 @@ def k0s_first_start_errors(keys: Any, tenant: str, key_prefix: str, takeover: An
         return []
     return [
         (f"k0s_tenants ({tenant}): etcd already holds {count} key(s) under {key_prefix} and no "
-        "controller of the tenant has k0s: its first controller would start a NEW cluster (a "
-        "new CA and service-account key) over that data, and everything the old cluster issued "
-        "(kubeconfigs, service-account and join tokens, node certificates) would be rejected. "
-        "Nothing was changed. Either delete that data (scripts/sandbox reset --tenant "
-        f"{tenant}), or take the cluster over: set k0s_takeover: true, and k0s_takeover_pki_dir "
-        "to a control-node directory with its ca.crt, ca.key, sa.key and sa.pub (the old "
-        "controller's /var/lib/k0s/pki) to keep its credentials")]
+         "controller of the tenant has k0s: its first controller would start a NEW cluster (a "
+         "new CA and service-account key) over that data, and everything the old cluster issued "
+         "(kubeconfigs, service-account and join tokens, node certificates) would be rejected. "
+         "Nothing was changed. Either delete that data (scripts/sandbox reset --tenant "
+         f"{tenant}), or take the cluster over: set k0s_takeover: true, and k0s_takeover_pki_dir "
+         "to a control-node directory with its ca.crt, ca.key, sa.key and sa.pub (the old "
+         "controller's /var/lib/k0s/pki) to keep its credentials")]
 
 
 def k0s_takeover_pki_errors(directory: Any, present: Any) -> list[str]:

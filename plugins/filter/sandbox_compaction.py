@@ -50,7 +50,7 @@ def sandbox_compaction_check(reports: Mapping[str, Mapping[str, Any]]) -> dict[s
     if failed:
         host, rep = failed[0]
         return {"name": name, "ok": False,
-                "detail": f"{sum(r['failed_count'] for _, r in failed)} failed auto compaction(s) "
+                "detail": f"{sum(r['failed_count'] for _host, r in failed)} failed auto compaction(s) "
                           f"({setting}); {host}: {(rep.get('failed') or [''])[-1]}"}
     done = sorted(rev for r in running.values() for rev in r.get("completed") or [])
     if done:

@@ -28,13 +28,13 @@ RANGES: dict[str, tuple[int, int | None, str]] = {
     "etcd_quota_backend_bytes": (
         1, 8 * GIB,
         ("etcd's backend quota: more than 8 GiB, etcd's suggested maximum, makes a member's "
-        "start-up, snapshots and defragmentation slow; 0 would mean etcd's default and a "
-        "negative value switches the quota off: state the size (etcd's default is 2147483648, "
-        "2 GiB)")),
+         "start-up, snapshots and defragmentation slow; 0 would mean etcd's default and a "
+         "negative value switches the quota off: state the size (etcd's default is 2147483648, "
+         "2 GiB)")),
     "etcd_metrics_port": (0, 65535, "a TCP port, or 0 for no metrics listener"),
     "etcd_health_timeout": (1, None, "seconds to wait for a healthy cluster"),
     "etcd_limit_nofile": (1024, None, ("etcd holds a file per client connection, WAL and "
-                                      "snapshot: fewer than 1024 open files starve it")),
+                                       "snapshot: fewer than 1024 open files starve it")),
     "k0s_download_timeout": (1, None, "seconds to wait for the k0s download"),
     "k0s_ready_timeout": (1, None, "seconds to wait for a controller"),
     "crd_apiserver_ready_timeout": (1, None, "seconds to wait for /readyz"),

@@ -1,4 +1,4 @@
-"""The tenant rules for the playbooks and roles: scripts/sandboxlib/tenants.py, the one
+"""The tenant rules for the playbooks and roles: plugins/plugin_utils/sandbox_tenants.py, the one
 module the topology (CLI, inventory plugin) applies too, so hand-written inventories and
 ``-e k0s_tenants=...`` are held to exactly the same rules.
 
@@ -12,15 +12,11 @@ writes it; a hand-written inventory states it, and sandbox_tenant_errors checks 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-_SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-if str(_SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(_SCRIPTS))
-
-from sandboxlib import tenants
+from ansible_collections.k0sbox.external_etcd.plugins.plugin_utils import (
+    sandbox_tenants as tenants,
+)
 
 
 def sandbox_tenant_errors(tenant_list: list[dict[str, Any]], members: list[str] | None = None,

@@ -1,6 +1,6 @@
 """Each tenant's usage of the shared etcd for the playbooks (verify's usage phase,
-playbooks/tenant-usage.yml): scripts/sandboxlib/usage.py, the module ``scripts/sandbox
-status`` uses too, so both say the same.
+playbooks/tenant-usage.yml): plugins/plugin_utils/sandbox_usage.py, which ``scripts/sandbox
+status`` applies too, so both say the same.
 
 - ``controllers' hostvars | sandbox_tenant_usage(k0s_tenants, quota)``: one entry per tenant
   (keys, bytes, revision, share of the backend quota, max_bytes, over or not; ``error`` when
@@ -13,15 +13,11 @@ status`` uses too, so both say the same.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-_SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-if str(_SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(_SCRIPTS))
-
-from sandboxlib import usage
+from ansible_collections.k0sbox.external_etcd.plugins.plugin_utils import (
+    sandbox_usage as usage,
+)
 
 
 def sandbox_tenant_usage(hosts: list[Any], tenants: list[dict[str, Any]],

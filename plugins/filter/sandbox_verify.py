@@ -36,9 +36,9 @@ def sandbox_file_checks(lines: list[str], host: str) -> list[Check]:
         return []
     return ([
         _check(f"{host}: private keys 0600/0640, unreadable by others", not bad_keys,
-               "; ".join(f"{p} {m} {o}" for _, p, m, o in (bad_keys or keys)))] if keys else []) + [
+               "; ".join(f"{p} {m} {o}" for _kind, p, m, o in (bad_keys or keys)))] if keys else []) + [
         _check(f"{host}: no certificate, key or directory writable by others", not writable,
-               "; ".join(f"{p} {m}" for _, p, m, _ in writable) or f"{len(entries)} entries"),
+               "; ".join(f"{p} {m}" for _kind, p, m, _owner in writable) or f"{len(entries)} entries"),
     ]
 
 
@@ -83,7 +83,7 @@ def _alarm_check(alarms: dict[str, Any], status: list[dict[str, Any]]) -> Check:
     space is freed and the alarm disarmed; CORRUPT) and each member's database size."""
     raised = [f"{ALARMS.get(a.get('alarm'), a.get('alarm'))} on {int(a.get('memberID', 0)):x}"
               for a in alarms.get("alarms") or []]
-    sizes = ", ".join(f"{str(s.get('Endpoint', '')).split('//')[-1]} {_size(s.get('Status', {}).get('dbSize'))}"
+    sizes = ", ".join(f"{str(s.get('Endpoint', '')).rsplit('//', maxsplit=1)[-1]} {_size(s.get('Status', {}).get('dbSize'))}"
                       for s in status)
     return _check("no alarm raised (NOSPACE, CORRUPT)", not raised,
                   ("; ".join(raised) + "; " if raised else "") + f"database sizes: {sizes}")
@@ -114,6 +114,7 @@ def sandbox_cis_checks(lines: list[str], host: str, tls: bool) -> list[Check]:
     checks = [_check(f"{host}: data dir 0700 owned by etcd", datadir == "DATADIR 700 etcd", datadir)]
     if not tls:
         return checks
+
     def on(key: str) -> bool:
         return env.get(key, "").lower() in ON
     return checks + [
@@ -142,8 +143,8 @@ def sandbox_prefix_checks(keys: list[str], tenants: list[str],
         checks.append(_check(
             f"{tenant}: its API server's objects are only under {prefixes[tenant]} in etcd (admin view)",
             len(mine) >= 2 and not outside,
-            f"outside: {outside[:3]}" if outside else f"{len(mine)} key(s) of {group}, all under "
-                                                        f"{prefixes[tenant]}"))
+            f"outside: {outside[:3]}" if outside
+            else f"{len(mine)} key(s) of {group}, all under {prefixes[tenant]}"))
     return checks
 
 

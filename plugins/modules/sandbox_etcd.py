@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# ruff: noqa: EXE001 -- an Ansible module: the shebang names its interpreter, the file is not executable
 """The etcd operations every caller shares, each written once: who leads, move leadership off
 a member, wait until healthy, wait until the members' data is equal, promote a learner.
 
@@ -16,15 +17,9 @@ module itself on a real etcd cluster).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import time
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 module: sandbox_etcd
+author: k0s-etcd-sandbox project (!UNKNOWN)
 short_description: One etcd operation through the member's etcdctl wrapper
 description:
   - O(op=status) reads every member's status and the member list; returns the members with
@@ -100,6 +95,20 @@ options:
     default: true
 """
 
+EXAMPLES = r"""
+- name: Move leadership off a member before it is removed
+  k0sbox.external_etcd.sandbox_etcd:
+    op: move_leader
+    etcdctl: /usr/local/bin/etcdctl-admin
+    member: etcd-3
+    prefer: [etcd-1, etcd-2]
+
+- name: Wait until every member is healthy
+  k0sbox.external_etcd.sandbox_etcd:
+    op: health
+    etcdctl: /usr/local/bin/etcdctl-admin
+"""
+
 RETURN = r"""
 ok: {description: The condition held., type: bool, returned: always}
 members: {description: "status: [{name, id, endpoint, version, revision, db_size, learner, leader}].", type: list, returned: status}
@@ -110,6 +119,13 @@ revision: {description: "data_equal: the revision compared at.", type: int, retu
 hashkv: {description: "data_equal: etcdctl's hashkv answers (JSON list).", type: list, returned: data_equal}
 detail: {description: What was seen last (one line)., type: str, returned: always}
 """
+
+import json
+import subprocess
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
 
 # -- etcdctl's JSON, read ------------------------------------------------------------------
 
@@ -207,7 +223,7 @@ class Etcd:
     def view(self) -> list[dict[str, Any]]:
         """Every member of the member list with its status (member_view)."""
         via = [f"--endpoints={self.via}"] if self.via else []
-        _, status, err = self.run(*via, "endpoint", "status", "--cluster", "-w", "json")
+        _rc, status, err = self.run(*via, "endpoint", "status", "--cluster", "-w", "json")
         rc, members, err2 = self.run(*via, "member", "list", "-w", "json")
         lines = (err + err2).strip().splitlines()
         self.detail = lines[-1] if lines else ""

@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# ruff: noqa: EXE001 -- an Ansible module: the shebang names its interpreter, the file is not executable
 """One tenant's data in etcd, with the tenant's own certificate: a consistent copy of its
 prefix (a paged range read at ONE revision) and the prefix replaced by such a copy in
 transactions (what the copy lacks deleted, what differs put, etcd's per-transaction limits
@@ -31,20 +32,9 @@ and a replace run again finishes it. kube-apiserver reads only ``<prefix><resour
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
-import os
-import subprocess
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 module: sandbox_etcd_prefix
+author: k0s-etcd-sandbox project (!UNKNOWN)
 short_description: A consistent copy of one etcd prefix, or the prefix replaced by one
 description:
   - O(op=dump) reads every key under O(prefix) in pages of O(page) keys, all at the revision of
@@ -77,6 +67,19 @@ options:
   restore_note: {description: "replace, kept in the in-progress marker of a replace of several transactions (e.g. the tenant and the copy's path on the control node).", type: dict, default: {}}
 """
 
+EXAMPLES = r"""
+- name: Count the keys and bytes under a tenant's prefix with its own certificate
+  k0sbox.external_etcd.sandbox_etcd_prefix:
+    op: usage
+    prefix: /k0s-tenant/
+    etcdctl: /usr/bin/etcdctl
+    endpoints: [https://10.0.0.11:2379]
+    cacert: /etc/k0s/etcd/ca.crt
+    cert: /etc/k0s/etcd/client.crt
+    key: /etc/k0s/etcd/client.key
+  register: usage
+"""
+
 RETURN = r"""
 revision: {description: "The revision read at (dump, usage; replace: the final read).", type: int, returned: always}
 key_count: {description: Keys under the prefix (the copy's for dump; after replace)., type: int, returned: always}
@@ -89,6 +92,18 @@ transactions: {description: "replace: transactions committed.", type: int, retur
 resumed: {description: "replace: the marker of the interrupted replace this one finished ({} when none).", type: dict, returned: replace}
 restore: {description: "usage: the in-progress marker of an interrupted replace ({} when there is none).", type: dict, returned: usage}
 """
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
 
 FORMAT = "k0s-etcd-sandbox tenant backup 1"
 MARKER = b"k0sbox-restore-in-progress"   # under the prefix: <prefix>k0sbox-restore-in-progress
@@ -377,8 +392,8 @@ def op_replace(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
     if source != head["prefix"]:
         raise PrefixError(f"the copy is of prefix {head['prefix']}, not {source}; nothing was changed")
     copy = moved(copy, source, p["prefix"])
-    copy, _ = marker_of(copy, p["prefix"])
-    _, now, left = current(etcd, p)
+    copy, _marker = marker_of(copy, p["prefix"])
+    _header, now, left = current(etcd, p)
     ops = plan(copy, now)
     note = {**p["restore_note"], "copy": os.path.basename(p["src"]), "copy_revision": head["revision"],
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# ruff: noqa: EXE001 -- an Ansible module: the shebang names its interpreter, the file is not executable
 """Write several small text files (and their directories) in ONE module run.
 
 The roles probe a node once and copy only what differs (plugins/filter/sandbox_probe.py);
@@ -14,13 +15,9 @@ partial one, and a key is never readable by others, not even for a moment.
 
 from __future__ import annotations
 
-import os
-import tempfile
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 module: sandbox_files
+author: k0s-etcd-sandbox project (!UNKNOWN)
 short_description: Write several small text files and directories in one module run
 description:
   - Each entry is a directory (O(files[].state=directory)) or a text file with its
@@ -47,6 +44,14 @@ options:
         default: true
 """
 
+EXAMPLES = r"""
+- name: Write a directory and a file in one module run
+  k0sbox.external_etcd.sandbox_files:
+    files:
+      - {dest: /etc/etcd, state: directory, owner: root, group: root, mode: "0755"}
+      - {dest: /etc/etcd/etcdctl.env, content: "ETCDCTL_API=3\n", owner: root, group: root, mode: "0644"}
+"""
+
 RETURN = r"""
 changed_files:
   description: The paths written or whose owner, group or mode was corrected.
@@ -54,6 +59,11 @@ changed_files:
   elements: str
   returned: always
 """
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
 
 
 def _attrs(module: AnsibleModule, path: str, entry: dict) -> dict:

@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# ruff: noqa: EXE001 -- an Ansible module: the shebang names its interpreter, the file is not executable
 """Make room for new nodes' inotify instances on the podman host, or say why there is none.
 
 Every node is a system container whose systemd, logind and dbus each open inotify
@@ -14,13 +15,9 @@ boot has the distribution's value again) or fails with the command to run.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 module: sandbox_inotify
+author: k0s-etcd-sandbox project (!UNKNOWN)
 short_description: Check (and raise) the host's inotify instance limit before new nodes start
 description:
   - Counts the inotify instances open by processes of the user running the module and
@@ -35,12 +32,23 @@ options:
   proc: {description: Where procfs is mounted (tests)., type: path, default: /proc}
 """
 
+EXAMPLES = r"""
+- name: Make room for three new nodes' inotify instances
+  k0sbox.external_etcd.sandbox_inotify:
+    nodes: 3
+"""
+
 RETURN = r"""
 limit: {description: The limit after the run., type: int, returned: always}
 used: {description: Instances open by this user before the new nodes., type: int, returned: always}
 needed: {description: Instances the new nodes and the headroom need., type: int, returned: always}
 previous_limit: {description: The limit before the run., type: int, returned: always}
 """
+
+import os
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
 
 SYSCTL = "sys/fs/inotify/max_user_instances"
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# ruff: noqa: EXE001 -- an Ansible module: the shebang names its interpreter, the file is not executable
 """Read a node once: what a role needs to know about it, in ONE module run, in ONE format.
 
 Every role probes its nodes with this module (its tasks/probe.yml, roles/pki's
@@ -12,16 +13,9 @@ the role wants is plugins/filter/sandbox_probe.py's (``probe | probe_differs(ent
 
 from __future__ import annotations
 
-import grp
-import os
-import pwd
-import stat
-import subprocess
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 module: sandbox_probe
+author: k0s-etcd-sandbox project (!UNKNOWN)
 short_description: A node's managed files (checksum, mode, owner) and facts in one run
 description:
   - Returns C(probe), a mapping of C(file:<path>) to C(<sha256> <mode>:<owner>:<group>) (a
@@ -40,12 +34,29 @@ options:
     default: ""
 """
 
+EXAMPLES = r"""
+- name: Read a node's files and facts in one round trip
+  k0sbox.external_etcd.sandbox_probe:
+    paths: [/etc/etcd/pki/ca.crt, /var/lib/etcd]
+    script: |
+      echo "version=$(etcd --version 2>/dev/null | sed -n 's/^etcd Version: //p')"
+  register: probe
+"""
+
 RETURN = r"""
 probe:
   description: What was found (see the description).
   type: dict
   returned: always
 """
+
+import grp
+import os
+import pwd
+import stat
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
 
 
 def _name(lookup: object, ident: int) -> str:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .tenants import with_key_prefix
+from .sandbox_tenants import with_key_prefix
 from .topology import BACKENDS, REPO_ROOT, Topology, TopologyError
 
 SSH_OPTS = ("-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "

@@ -30,13 +30,18 @@ from .topology import REPO_ROOT
 
 BUILD_STAGE = "build-apiserver"
 ANSIBLE_LINT = "ansible-lint"
+SANITY = "ansible-test sanity"
 VAGRANT_E2E = "tests/test_vagrant_e2e.py"
+COLLECTION_E2E = "tests/test_collection_e2e.py"
 
 LINT_STAGES: list[tuple[str, list[str]]] = [
     ("yamllint", ["yamllint", "."]),
     (ANSIBLE_LINT, ["ansible-lint", "--profile", "production"]),
     ("ruff", ["ruff", "check", "scripts", "plugins", "tests", "scripts/sandbox", "scripts/test"]),
     ("mypy", ["mypy", "scripts/sandboxlib"]),
+    # The collection: `ansible-galaxy collection build`, then ansible-test sanity on the
+    # tarball installed (scripts/collection; its test environments cached).
+    (SANITY, ["scripts/collection", "sanity"]),
     # Kubernetes' CRD API server and kubectl (the stand-in where k0s cannot run): built once
     # from Debian's packages, then reused from the cache by pytest and every scenario. It
     # starts in the background with the first stage (its download overlaps the linters);
@@ -47,8 +52,10 @@ LINT_STAGES: list[tuple[str, list[str]]] = [
 ]
 
 PYTEST_STAGES: list[tuple[str, list[str]]] = [
-    ("pytest", ["pytest", "tests", f"--ignore={VAGRANT_E2E}", "--durations=10"]),
+    ("pytest", ["pytest", "tests", f"--ignore={VAGRANT_E2E}", f"--ignore={COLLECTION_E2E}",
+                "--durations=10"]),
     ("pytest vagrant-e2e", ["pytest", VAGRANT_E2E]),
+    ("pytest collection-e2e", ["pytest", COLLECTION_E2E]),
 ]
 
 # Seconds each heavy stage took in a clean-clone run of .ci/run with two at a time
@@ -275,9 +282,10 @@ def plan(args: argparse.Namespace, known: list[str]) -> tuple[list[tuple[str, li
         serial.append(("pytest", ["pytest", "tests", f"--ignore={VAGRANT_E2E}"]))
         return serial, heavy
     else:
-        # ansible-lint keeps one core busy for minutes: in the pool it overlaps other work.
-        heavy.extend(s for s in serial if s[0] == ANSIBLE_LINT)
-        serial = [s for s in serial if s[0] != ANSIBLE_LINT]
+        # ansible-lint and ansible-test keep one core busy for minutes: in the pool they
+        # overlap other work.
+        heavy.extend(s for s in serial if s[0] in (ANSIBLE_LINT, SANITY))
+        serial = [s for s in serial if s[0] not in (ANSIBLE_LINT, SANITY)]
         heavy.extend(PYTEST_STAGES)
     for name in args.scenario or known:
         heavy.append((f"molecule {name}", ["molecule", "test", "-s", name]))

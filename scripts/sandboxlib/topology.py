@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from . import tenants as tenant_rules
-from .tenants import normalize_prefix
+from . import sandbox_tenants as tenant_rules
+from .sandbox_tenants import normalize_prefix
 
 PLUGIN_NAME = "sandbox_topology"
 BACKENDS = ("podman", "vagrant")
