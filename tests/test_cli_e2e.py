@@ -123,7 +123,7 @@ def test_up_then_every_documented_command(sandbox: tuple[Path, Path, dict]) -> N
     # PKI is made once, while the nodes boot, and site.yml finds it current.
     assert log_text.count("PLAY RECAP") == 3, log_text[-2000:]
     assert "PKI on the control node done in" in out, out
-    assert log_text.count("TASK [pki : Generate the CA key]") == 1, log_text[-2000:]
+    assert log_text.count("TASK [k0sbox.external_etcd.pki : Generate the CA key]") == 1, log_text[-2000:]
     assert (state / name / "logs" / "up.log").resolve() == Path(log.group(1))
     # offline: the etcd release and k0s could not be downloaded, and up said so once each
     assert out.count("! WARNING: etcd v") == 1 and out.count("! WARNING: k0s v") == 1, out
