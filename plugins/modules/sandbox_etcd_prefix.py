@@ -64,7 +64,11 @@ options:
   max_txn_ops: {description: "Operations per transaction (etcd's --max-txn-ops, 128 by default).", type: int, default: 128}
   max_txn_bytes: {description: "Bytes of keys and values per transaction (below etcd's --max-request-bytes, 1.5 MiB by default).", type: int, default: 1048576}
   lease_ttl: {description: "replace, the TTL of the new lease for keys that had one (kube-apiserver's events).", type: int, default: 3600}
-  restore_note: {description: "replace, kept in the in-progress marker of a replace of several transactions (e.g. the tenant and the copy's path on the control node).", type: dict, default: {}}
+  restore_note:
+    description: "replace, kept in the in-progress marker of a replace of several transactions
+      (e.g. the tenant and the copy's path on the control node)."
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
