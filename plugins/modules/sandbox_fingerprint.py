@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# ruff: noqa: EXE001 -- an Ansible module: the shebang names its interpreter, the file is not executable
 """What a node was converged to, recorded at the end of a converge and compared before one.
 
 At the end of a successful ``scripts/sandbox up`` (the last play of playbooks/site.yml) every
@@ -19,18 +20,9 @@ module machinery is imported only when Ansible runs it.
 
 from __future__ import annotations
 
-import grp
-import hashlib
-import json
-import os
-import pwd
-import stat
-import subprocess
-import sys
-from typing import Any
-
 DOCUMENTATION = r"""
 module: sandbox_fingerprint
+author: k0s-etcd-sandbox project (!UNKNOWN)
 short_description: Record what a node was converged to (inputs and live state)
 description:
   - Writes O(path) (JSON, root 0600, its directory 0700) with O(inputs) and the live state of
@@ -56,12 +48,31 @@ options:
     default: []
 """
 
+EXAMPLES = r"""
+- name: Record what this node was converged to
+  k0sbox.external_etcd.sandbox_fingerprint:
+    path: /var/lib/k0sbox/converged.json
+    inputs: {roles: "sha256 of the roles"}
+    manages:
+      - {paths: [/etc/etcd/etcd.env], services: [etcd], users: [etcd], packages: [], scripts: {}}
+"""
+
 RETURN = r"""
 counts:
   description: How many files, services, users, packages and scripts were recorded.
   type: dict
   returned: always
 """
+
+import grp
+import hashlib
+import json
+import os
+import pwd
+import stat
+import subprocess
+import sys
+from typing import Any
 
 KINDS = ("paths", "services", "users", "packages")
 
