@@ -170,7 +170,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             given = fingerprint.inputs(sb.topo, sb.backend, extra)
             extra["sandbox_converge_inputs"] = given   # each node records them at the end
             with pki_beside_nodes(ctx, sb, extra):
-                runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
+                # the stand-in's binaries, mounted read-only into new controllers
+                runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml",
+                                    {k: v for k, v in extra.items() if k == "crd_apiserver_dir"})
             runner.run_playbook(ctx, sb.topo, sb.backend, "site.yml", extra)
             fingerprint.seal(sb.topo, given, extra)
         else:
