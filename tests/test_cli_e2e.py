@@ -1,7 +1,8 @@
 """scripts/sandbox end to end on podman, on the shipped default topology (a copy named
 e2e-default on its own subnet; its etcd and k0s downloads pointed at a closed loopback port
 so that they fail on any host, as without github.com: conftest.shipped_copy), and
-the documents' commands as typed: up -> its output and verify's report -> every shell line
+the documents' commands as typed: up -> its output and its quick check's report, then
+verify's full report (scripts/sandbox verify: up no longer runs it) -> every shell line
 of README.md and docs/cli.md and every line `up` printed under "Next:", in order, from the
 repository root (tests/doc_commands.py; the lines that end the sandbox last), and before
 those: every day-2 command once as a user runs it on a sandbox a default `up` made (backup,
@@ -110,7 +111,9 @@ def test_up_then_every_documented_command(sandbox: tuple[Path, Path, dict]) -> N
     # Not a terminal: plain lines, no control characters; one start and one end per phase.
     assert "\x1b" not in out and "\r" not in out
     phases = re.findall(r"^==> \[\d+/\d+\] ([\w-]+): ", out, re.MULTILINE)
-    assert phases[0] == "nodes" and "verify" in phases, out
+    # up ends with the quick check (ready.yml), not the full verify.yml
+    assert phases[0] == "nodes" and phases[-2:] == ["ready", "record"], out
+    assert "verify" not in phases, out
     done = phase_results(out)
     assert sorted(done) == sorted(phases), out
     assert "FAILED" not in done.values(), out
@@ -119,8 +122,8 @@ def test_up_then_every_documented_command(sandbox: tuple[Path, Path, dict]) -> N
     assert log, out
     assert Path(log.group(1)).parent == state / name / "logs"
     log_text = Path(log.group(1)).read_text()
-    # nodes.yml, site.yml and, on a first up of a TLS sandbox, pki.yml beside nodes.yml: the
-    # PKI is made once, while the nodes boot, and site.yml finds it current.
+    # nodes.yml, up.yml and, on a first up of a TLS sandbox, pki.yml beside nodes.yml: the
+    # PKI is made once, while the nodes boot, and up.yml finds it current.
     assert log_text.count("PLAY RECAP") == 3, log_text[-2000:]
     assert "PKI on the control node done in" in out, out
     assert log_text.count("TASK [k0sbox.external_etcd.pki : Generate the CA key]") == 1, log_text[-2000:]
@@ -139,9 +142,22 @@ def test_up_then_every_documented_command(sandbox: tuple[Path, Path, dict]) -> N
                      r"\(stand-in, not k0s\): ready\s+\S+k0s-tenant\.yaml", out), out
     assert oct(kubeconfig.stat().st_mode & 0o777) == "0o600"
     assert (state / name / "pki" / "ca.crt").is_file()
-    # verify.yml ran at the end of site.yml: its report, as for every shipped topology
-    check_verify_report(json.loads((state / name / "verify.json").read_text()), data,
-                        with_api=True)
+    # The quick check: every member healthy, the tenant's API ready, a write and a read
+    # through it; then the line naming the full report, which up did not write.
+    ready = json.loads((state / name / "ready.json").read_text())
+    assert ready["passed"] is True and ready["scope"] == "ready", ready
+    assert [c["name"] for c in ready["checks"]] == [
+        "etcd: every member healthy (3)",
+        "k0s-tenant: the CRD API server (stand-in, not k0s) ready (/readyz?exclude=informer-sync)",
+        "k0s-tenant: a write and a read through its API",
+        "k0s-tenant: usage under /k0s-tenant/"], ready
+    assert re.search(r"^sandbox: quick check passed \(4 checks: .*\); the full report \(.*\): "
+                     r"scripts/sandbox verify$", out, re.MULTILINE), out
+    assert not (state / name / "verify.json").exists()
+    # The full verify, as the line says: its report, as for every shipped topology
+    verify = run_sandbox(["verify", "--json"], state, timeout=UP_TIMEOUT)
+    assert verify.returncode == 0, explain(verify)
+    check_verify_report(json.loads(verify.stdout), data, with_api=True)
 
     # The documents' commands and up's "Next:" lines, as typed, in order.
     env = dict(os.environ, SANDBOX_STATE_DIR=str(state), SANDBOX_TOPOLOGY=str(path),
@@ -348,5 +364,5 @@ def interrupted_up_says_so(state: Path) -> None:
     assert any("etcd : Keep the download error" in ln for ln in seen), "".join(seen) + out
     assert proc.returncode in (1, 130), ("".join(seen) + out, err)
     assert err.strip() == "sandbox: interrupted" or \
-        "playbooks/site.yml was interrupted (SIGINT, Ctrl-C) before it finished" in err, err
+        "playbooks/up.yml was interrupted (SIGINT, Ctrl-C) before it finished" in err, err
     assert "Request failed" not in err and "could not be" not in err, err

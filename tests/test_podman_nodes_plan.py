@@ -7,6 +7,7 @@ privilege, a node added to the topology (add-members) and a container of a remov
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -94,3 +95,37 @@ def test_add_members_creates_only_the_new_nodes_and_ignores_removed_ones() -> No
                "groups": ["etcd"]}
     cs = [container(n) for n in NODES[:2]] + [container(removed), container(NODES[3])]
     assert plan(cs) == {"create": ["etcd-3"]}
+
+
+volumes_of = load_plugin("roles/podman_nodes/filter_plugins/podman_nodes.py").podman_node_volumes
+missing_of = load_plugin(
+    "roles/podman_nodes/filter_plugins/podman_nodes.py").podman_missing_mount_sources
+MOUNTS = [{"src": "/var/cache/sandbox/kube-1", "dest": "/opt/crd-apiserver",
+           "groups": ["k0s_controller"]}]
+
+
+def test_read_only_mounts_go_to_nodes_of_their_groups() -> None:
+    assert volumes_of(MOUNTS, ["k0s_controller"]) == [
+        "/var/cache/sandbox/kube-1:/opt/crd-apiserver:ro"]
+    assert volumes_of(MOUNTS, ["etcd"]) == []
+    assert volumes_of([], ["k0s_controller"]) == []
+
+
+def test_a_stopped_node_whose_mount_source_has_gone_gets_it_made_again(tmp_path: Path) -> None:
+    """podman refuses to start a container whose bind-mount source is missing; the stopped
+    node is started as it is (never recreated: its etcd data), with its source made again."""
+    gone, there = tmp_path / "kube-old", tmp_path / "kube-new"
+    there.mkdir()
+    mounts = [{"src": str(there), "dest": "/opt/crd-apiserver", "groups": ["k0s_controller"]}]
+
+    def made_with(node: dict[str, Any], source: Path) -> dict[str, Any]:
+        c = container(node, running=False)
+        c["Mounts"] = [{"Type": "bind", "Source": "/state/ssh/id_ed25519.pub",
+                        "Destination": "/etc/ssh/sandbox_authorized_keys"},
+                       {"Type": "bind", "Source": str(source), "Destination": "/opt/crd-apiserver"}]
+        return c
+
+    cs = [made_with(NODES[3], gone), container(NODES[0], running=False)]
+    assert missing_of(cs, ["k0sbox-t-k0s-1", "k0sbox-t-etcd-1"], mounts) == [str(gone)]
+    assert missing_of(cs, ["k0sbox-t-etcd-1"], mounts) == []  # only the nodes to start
+    assert missing_of([made_with(NODES[3], there)], ["k0sbox-t-k0s-1"], mounts) == []

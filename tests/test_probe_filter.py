@@ -38,3 +38,16 @@ def test_directory() -> None:
     assert not probe.probe_differs({"file:/var/lib/etcd": "dir 700:etcd:etcd"}, d)
     assert probe.probe_differs({"file:/var/lib/etcd": "dir 755:etcd:etcd"}, d)
     assert probe.probe_differs({}, d)
+
+
+def test_a_control_node_file_is_compared_in_process(tmp_path: Path) -> None:
+    """roles/crd_apiserver's kubeconfig on the control node: written only where it is
+    missing, holds other contents or has another mode."""
+    path = tmp_path / "t.yaml"
+    assert probe.probe_local_differs(str(path), "a: 1\n", "0600")
+    path.write_text("a: 1\n")
+    path.chmod(0o600)
+    assert not probe.probe_local_differs(str(path), "a: 1\n", "0600")
+    assert probe.probe_local_differs(str(path), "a: 2\n", "0600")
+    path.chmod(0o644)
+    assert probe.probe_local_differs(str(path), "a: 1\n", "0600")

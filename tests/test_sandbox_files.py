@@ -69,3 +69,16 @@ def test_unknown_owner_fails_naming_the_file(tmp_path: Path) -> None:
     assert res.get("failed") is True, res
     assert "no-such-user-here" in res["msg"], res
     assert not f.exists() and not list(tmp_path.glob(".sandbox_files.*"))
+
+
+def test_without_owner_a_file_is_the_running_users(tmp_path: Path) -> None:
+    """verify's report on the control node: no owner or group given, the file is the running
+    user's and an existing one keeps its owner; the mode is still set."""
+    import os
+
+    f = tmp_path / "verify.json"
+    res, _ = run([{"dest": str(f), "content": "{}\n", "mode": "0644"}])
+    assert res["changed_files"] == [str(f)] and f.read_text() == "{}\n" and mode(f) == "0644"
+    assert (f.stat().st_uid, f.stat().st_gid) == (os.getuid(), os.getgid())
+    res, _ = run([{"dest": str(f), "content": "{}\n", "mode": "0644"}])
+    assert res["changed"] is False, res

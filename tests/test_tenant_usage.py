@@ -121,10 +121,10 @@ def test_status_shows_a_usage_row_per_tenant(tmp_path: Any) -> None:
     assert report.usage_lines(st) == ["usage: unknown (no controller is running)"]
 
 
-def test_up_shows_the_usage_its_verify_phase_read(tmp_path: Any) -> None:
-    """``up`` ends with status, which takes each tenant's usage from the verify report that
-    site.yml's verify phase wrote in this run instead of reading it again; an older report
-    is not used."""
+def test_up_shows_the_usage_its_checks_read(tmp_path: Any) -> None:
+    """``up`` ends with status, which takes each tenant's usage from the report its checks
+    wrote in this run (up.yml's quick check; verify through Vagrant's site.yml) instead of
+    reading it again; an older report is not used."""
     import json
     import os
 
@@ -135,7 +135,7 @@ def test_up_shows_the_usage_its_verify_phase_read(tmp_path: Any) -> None:
     assert usage.from_report(path, written - 1) == (entries, "")
     os.utime(path, (written - 100, written - 100))
     assert usage.from_report(path, written) == (
-        [], "no verify report of this run: scripts/sandbox status reads it")
+        [], "no report of this run's checks: scripts/sandbox status reads it")
     assert usage.from_report(tmp_path / "none.json", 0)[0] == []
 
 
@@ -173,3 +173,33 @@ def test_an_interrupted_restore_is_shown_by_status_and_fails_verify(tmp_path: An
     # a copy outside the project keeps its absolute path
     assert usage.finish_command({"tenant": "ta", "file": "/srv/ta.tenant"}) == \
         "scripts/sandbox restore --tenant ta /srv/ta.tenant"
+
+
+def test_up_names_its_quick_check_and_where_the_full_report_is(tmp_path: Any) -> None:
+    """The report of this run's checks: ready.json (the quick check) before verify.json
+    (Vagrant's site.yml), only when written since the run began; its one line says what
+    passed, what was skipped and that scripts/sandbox verify gives the full report."""
+    import json
+    import os
+
+    ready, verify = tmp_path / "ready.json", tmp_path / "verify.json"
+    checks = [{"name": "etcd: every member healthy (3)", "ok": True, "detail": "healthy"},
+              {"name": "t: the CRD API server (stand-in, not k0s) ready", "ok": True},
+              {"name": "t: Kubernetes API", "ok": True, "skipped": True,
+               "detail": "SKIPPED: neither k0s nor the CRD API server stand-in runs here"}]
+    verify.write_text(json.dumps({"scope": "full", "passed": True, "checks": checks[:2]}))
+    since = verify.stat().st_mtime
+    assert report.run_report(tmp_path, since) == verify
+    assert report.checked_line(verify) == (
+        "sandbox: verify passed (2 checks); again: scripts/sandbox verify")
+    ready.write_text(json.dumps({"scope": "ready", "passed": True, "checks": checks}))
+    assert report.run_report(tmp_path, since) == ready
+    line = report.checked_line(ready)
+    assert line.startswith("sandbox: quick check passed (2 checks: every etcd member healthy")
+    assert "1 skipped: SKIPPED: neither k0s nor" in line
+    assert line.endswith("the full report (TLS refusals, CIS, key modes, watches, "
+                         "compaction): scripts/sandbox verify")
+    os.utime(ready, (since - 100, since - 100))
+    os.utime(verify, (since - 100, since - 100))
+    assert report.run_report(tmp_path, since) == ready          # neither new: ready.json
+    assert "no report of this run's checks" in report.checked_line(tmp_path / "none.json")

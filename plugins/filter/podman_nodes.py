@@ -14,10 +14,18 @@ topology's nodes (``sandbox_nodes``: name, container, address, groups) into:
   recreating it would lose its etcd data.
 
 A node running from the right image, with its privilege and address, is in none of them.
+
+``mounts | podman_node_volumes(groups)``: the read-only volumes (``src:dest:ro``) of
+``sandbox_node_mounts`` that a new node of these groups gets. ``containers |
+podman_missing_mount_sources(names, mounts)``: the sources of those mounts that the named
+(stopped) containers were made with and that no longer exist on the control node: podman
+would refuse to start them, so they are made again, empty (the role that uses the mount then
+finds nothing there and falls back to copying).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 
@@ -52,6 +60,31 @@ def podman_nodes_plan(containers: list[dict[str, Any]], nodes: list[dict[str, An
     return plan
 
 
+def podman_node_volumes(mounts: list[dict[str, Any]], groups: list[str]) -> list[str]:
+    """``src:dest:ro`` of each mount whose groups meet the node's ``groups``."""
+    return [f"{m['src']}:{m['dest']}:ro" for m in mounts or []
+            if set(m.get("groups") or []) & set(groups or [])]
+
+
+def podman_missing_mount_sources(containers: list[dict[str, Any]], names: list[str],
+                                 mounts: list[dict[str, Any]]) -> list[str]:
+    """Control-node sources, now missing, of the ``mounts`` destinations the containers
+    ``names`` were made with (podman inspect's ``Mounts``)."""
+    dests = {m["dest"] for m in mounts or []}
+    wanted = set(names or [])
+    missing: list[str] = []
+    for c in containers or []:
+        if c.get("Name") not in wanted:
+            continue
+        for mount in c.get("Mounts") or []:
+            source = mount.get("Source") or ""
+            if (mount.get("Type") == "bind" and mount.get("Destination") in dests and source
+                    and not os.path.exists(source) and source not in missing):
+                missing.append(source)
+    return missing
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"podman_nodes_plan": podman_nodes_plan}
+        return {"podman_nodes_plan": podman_nodes_plan, "podman_node_volumes": podman_node_volumes,
+                "podman_missing_mount_sources": podman_missing_mount_sources}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from typing import Any
 
 
@@ -64,8 +65,41 @@ def probe_contents(entries: list[dict[str, Any]], base: str = "") -> list[dict[s
     return out
 
 
+def probe_local_differs(path: str, content: str, mode: str) -> bool:
+    """True when the control-node file ``path`` is missing or does not hold exactly
+    ``content`` with ``mode``: a task that writes it (delegated to the control node) runs
+    only then, without a module run to find out."""
+    try:
+        with open(path, "rb") as fh:
+            same = fh.read() == str(content).encode()
+        return not same or stat.S_IMODE(os.stat(path).st_mode) != int(str(mode), 8)
+    except OSError:
+        return True
+
+
+def probe_link_plan(entries: list[dict[str, Any]], probe: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+    """Link or copy, for entries that name a ``mounted`` path: a read-only copy of the file
+    on the node (a bind mount of the control node's file, read by the probe ON the node).
+
+    ``link``: the mounted file is as the entry says (checksum, mode, owner) and ``dest`` is
+    not yet a link to it; each gets ``restart`` (whether ``dest`` held other contents).
+    ``push`` (a copy): the mounted file is missing or differs (a node made without the mount, a
+    rebuilt source), and ``dest`` is missing, differs, or is a link. Entries already right
+    are in neither."""
+    plan: dict[str, list[dict[str, Any]]] = {"link": [], "push": []}
+    for entry in entries:
+        mounted = entry.get("mounted")
+        if mounted and not probe_differs(probe, {**entry, "dest": mounted}):
+            if probe.get(f"link:{entry['dest']}") != mounted:
+                plan["link"].append({**entry, "restart": probe_differs(probe, entry)})
+        elif probe_differs(probe, entry) or f"link:{entry['dest']}" in probe:
+            plan["push"].append(entry)
+    return plan
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"probe_file_sha256": probe_file_sha256, "probe_want": probe_want,
                 "probe_differs": probe_differs, "probe_stale": probe_stale,
-                "probe_contents": probe_contents}
+                "probe_contents": probe_contents, "probe_link_plan": probe_link_plan,
+                "probe_local_differs": probe_local_differs}

@@ -35,8 +35,8 @@ options:
       dest: {description: Absolute path., type: path, required: true}
       content: {description: Text of the file., type: str, default: ""}
       state: {description: file or directory., type: str, choices: [file, directory], default: file}
-      owner: {description: Owner name., type: str, required: true}
-      group: {description: Group name., type: str, required: true}
+      owner: {description: Owner name (unset - the running user's for a new file; left as it is otherwise)., type: str}
+      group: {description: Group name (unset - as owner)., type: str}
       mode: {description: Octal mode as a string., type: str, required: true}
       force:
         description: Replace a file whose content differs; false writes it only when missing.
@@ -111,8 +111,8 @@ def main() -> None:
             "dest": {"type": "path", "required": True},
             "content": {"type": "str", "default": "", "no_log": True},
             "state": {"type": "str", "choices": ["file", "directory"], "default": "file"},
-            "owner": {"type": "str", "required": True},
-            "group": {"type": "str", "required": True},
+            "owner": {"type": "str"},
+            "group": {"type": "str"},
             "mode": {"type": "str", "required": True},
             "force": {"type": "bool", "default": True},
         }}},

@@ -12,6 +12,8 @@ Per-phase times come from the progress lines ``up -v`` prints per play. Results:
 JSON and a CSV file, and a PNG plot of time against member count (ours and the floor).
 Every sandbox runs offline (Debian's etcd package, the k0s download on a closed loopback
 port) under its own name and subnet, so a sandbox the user has up is not touched.
+With SANDBOX_PROFILE=1 each ``up``'s log holds every task's time (profile_tasks, one recap
+per playbook) and each cold and warm ``up`` row gets its 10 slowest tasks (``slowest``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,17 @@ OFFLINE_VARS = {"etcd_install_method": "package",
                 "k0s_download_base_url": "http://127.0.0.1:9/k0s-releases"}
 PHASE_RE = re.compile(r"^==> \[\d+/\d+\] (\w+): .*\(\+(\d+)s\)$", re.MULTILINE)
 DONE_RE = re.compile(r"^\s+(\w+) done \(\+(\d+)s\): .*changed=(\d+)", re.MULTILINE)
+RECAP_TASK_RE = re.compile(r"^(\S.*?) -+ (\d+\.\d+)s$", re.MULTILINE)
+LOG_RE = re.compile(r"full log: (\S+)")
+
+
+def slowest(log_text: str, count: int = 10) -> list[tuple[str, float]]:
+    """The ``count`` slowest tasks of a command's log: profile_tasks' recap lines
+    (``role : task ---- 1.23s``) of all its playbooks, slowest first."""
+    recaps = log_text.split("TASKS RECAP")[1:]
+    found = [(m.group(1).strip(), float(m.group(2)))
+             for recap in recaps for m in RECAP_TASK_RE.finditer(recap.split("PLAY RECAP")[0])]
+    return sorted(found, key=lambda t: -t[1])[:count]
 
 
 def _topology(where: Path, name: str, subnet: str, members: int | None) -> Path:
@@ -195,16 +208,26 @@ def plot(rows: list[dict[str, Any]], counts: list[int], path: Path) -> str:
     return f"plot: {path}"
 
 
+def profiled(stdout: str) -> dict[str, Any]:
+    """With SANDBOX_PROFILE=1: ``slowest``, the up's 10 slowest tasks ('task=1.2s; ...')."""
+    log = LOG_RE.search(stdout)
+    if os.environ.get("SANDBOX_PROFILE") != "1" or not log:
+        return {}
+    text = (REPO_ROOT / log.group(1)).read_text(errors="replace")
+    return {"slowest": "; ".join(f"{name}={secs:.1f}s" for name, secs in slowest(text))}
+
+
 def _measure(bench: Bench, work: Path, reps: int, counts: list[int], etcd_bin: Path | None,
              with_floor: bool) -> None:
     default = _topology(work, "bench-default", "10.213.150.0/24", None)
     t = ["--topology", str(default)]
     for rep in range(1, reps + 1):
         took, stdout = bench.sandbox("up", "-v", *t)
-        bench.record("cold-up", 3, rep, took, **bench.phases(stdout))
+        bench.record("cold-up", 3, rep, took, **bench.phases(stdout), **profiled(stdout))
         took, stdout = bench.sandbox("up", "--force", "-v", *t)
         changed = sum(int(m.group(3)) for m in DONE_RE.finditer(stdout))
-        bench.record("warm-up", 3, rep, took, changed=changed, **bench.phases(stdout))
+        bench.record("warm-up", 3, rep, took, changed=changed, **bench.phases(stdout),
+                     **profiled(stdout))
         took, stdout = bench.sandbox("up", *t)
         if "nothing to change" not in stdout:
             raise RuntimeError(f"a no-op up converged:\n{stdout}")

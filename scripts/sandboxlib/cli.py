@@ -170,12 +170,16 @@ def cmd_up(args: argparse.Namespace) -> int:
             given = fingerprint.inputs(sb.topo, sb.backend, extra)
             extra["sandbox_converge_inputs"] = given   # each node records them at the end
             with pki_beside_nodes(ctx, sb, extra):
-                runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml")
-            runner.run_playbook(ctx, sb.topo, sb.backend, "site.yml", extra)
+                # the stand-in's binaries, mounted read-only into new controllers
+                runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml",
+                                    {k: v for k, v in extra.items() if k == "crd_apiserver_dir"})
+            # site.yml's converge, then the quick check (ready.yml) instead of verify.yml
+            runner.run_playbook(ctx, sb.topo, sb.backend, "up.yml", extra)
             fingerprint.seal(sb.topo, given, extra)
         else:
             runner.vagrant_up(ctx, sb.topo, extra)
-    print(f"sandbox: up finished in {time.time() - t0:.0f}s\n")
+    print(f"sandbox: up finished in {time.time() - t0:.0f}s")
+    print(report.checked_line(report.run_report(sb.topo.state_dir, t0)) + "\n")
     print(report.render(report.collect(sb.topo, sb.backend, verified_since=t0)))
     return 0
 
@@ -318,7 +322,8 @@ def build_parser() -> Parser:
         sp.set_defaults(func=func)
         return sp
 
-    u = add("up", "create the nodes and run playbooks/site.yml", cmd_up)
+    u = add("up", "create the nodes, converge them (playbooks/up.yml: site.yml's converge, "
+            "then a quick check; the full one: verify)", cmd_up)
     u.add_argument("--etcd-install", choices=("release", "package", "archive"),
                    help="how etcd gets onto the members (default: the topology's, else "
                         "release, falling back to the distribution package when the "

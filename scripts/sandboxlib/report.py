@@ -104,9 +104,37 @@ def _vagrant_states(topo: Topology) -> dict[str, str]:
                      else str(found.get(n.name, "unknown"))) for n in topo.nodes}
 
 
+def run_report(state_dir: Path, since: float) -> Path:
+    """The checks' report ``up`` wrote since ``since``: its quick check's (ready.json, podman)
+    or, through Vagrant's site.yml, verify's (verify.json); ready.json when neither is new."""
+    for name in ("ready.json", "verify.json"):
+        path = state_dir / name
+        if path.is_file() and path.stat().st_mtime >= since:
+            return path
+    return state_dir / "ready.json"
+
+
+def checked_line(path: Path) -> str:
+    """What ``up``'s checks found, in one line, and where the full report is."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return f"sandbox: no report of this run's checks ({display_path(path)})"
+    checks = data.get("checks") or []
+    passed = sum(1 for c in checks if c.get("ok") and not c.get("skipped"))
+    skipped = [c.get("detail", "") for c in checks if c.get("skipped")]
+    also = f"; {len(skipped)} skipped: {skipped[0]}" if skipped else ""
+    if data.get("scope") != "ready":
+        return f"sandbox: verify passed ({passed} checks{also}); again: scripts/sandbox verify"
+    return (f"sandbox: quick check passed ({passed} checks: every etcd member healthy, each "
+            f"tenant's Kubernetes API ready, a write and a read through it{also}); the full "
+            "report (TLS refusals, CIS, key modes, watches, compaction): scripts/sandbox verify")
+
+
 def collect(topo: Topology, backend: str, verified_since: float | None = None) -> Status:
     """What the sandbox looks like now. ``verified_since`` (``up``): each tenant's usage as the
-    verify report written since then holds it (site.yml's last phase read it), not read again."""
+    report of the run's checks written since then holds it (up's quick check, or verify
+    through Vagrant's site.yml, read it), not read again."""
     st = Status(topo=topo, backend=backend)
     if backend == "podman":
         st.node_state, st.network = _podman_states(topo)
@@ -146,7 +174,8 @@ def collect(topo: Topology, backend: str, verified_since: float | None = None) -
         out = res.stdout.strip() or res.stderr.strip()
         st.api_state[ctrl] = out if res.returncode == 0 else f"unknown ({out[:80]})"
     if topo.tenants and members:
-        st.usage, st.usage_note = (usage.from_report(topo.state_dir / "verify.json", verified_since)
+        st.usage, st.usage_note = (usage.from_report(run_report(topo.state_dir, verified_since),
+                                                     verified_since)
                                    if verified_since else usage.read(topo, backend, ctrls))
         for e in st.usage:   # the quota etcd reports, else the one the etcd role sets
             e["quota_backend_bytes"] = st.quota or e["quota_backend_bytes"]

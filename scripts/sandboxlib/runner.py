@@ -64,6 +64,9 @@ class RunContext:
         )
         if result_file is not None:
             env["SANDBOX_RESULT_FILE"] = str(result_file)
+        if env.get("SANDBOX_PROFILE") == "1":  # every task's time in the log (bench.slowest)
+            env["ANSIBLE_CALLBACKS_ENABLED"] += ",ansible.posix.profile_tasks"
+            env.setdefault("PROFILE_TASKS_TASK_OUTPUT_LIMIT", "all")
         return env
 
 

@@ -44,15 +44,15 @@ __all__ = ["ETCD_OWN_DEFAULT", "NOT_A_LIMIT", "check", "entries", "finish_comman
 
 
 def from_report(path: Path, since: float) -> tuple[list[dict[str, Any]], str]:
-    """Every tenant's usage as a verify report written since ``since`` holds it (``up``
-    shows what its verify phase read instead of reading again): (entries, '') or ([], why
-    not)."""
+    """Every tenant's usage as a report of the checks written since ``since`` holds it
+    (``up`` shows what its quick check, or verify, read instead of reading again):
+    (entries, '') or ([], why not)."""
     try:
         if path.stat().st_mtime >= since:
             return list(json.loads(path.read_text()).get("tenants") or []), ""
     except (OSError, ValueError, AttributeError):
         pass
-    return [], "no verify report of this run: scripts/sandbox status reads it"
+    return [], "no report of this run's checks: scripts/sandbox status reads it"
 
 
 def read(topo: Topology, backend: str, controllers: list[str]) -> tuple[list[dict[str, Any]], str]:

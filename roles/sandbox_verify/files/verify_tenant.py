@@ -2,7 +2,7 @@
 """What playbooks/verify.yml checks through a tenant's Kubernetes API server, on its controller.
 
 usage: verify_tenant.py SPEC   (SPEC = base64 of a JSON object)
-  phase:    "roundtrip" | "cross" | "cleanup"
+  phase:    "roundtrip" | "cross" | "cleanup" | "ready" (playbooks/ready.yml: up's quick check)
   tenant:   the tenant's name; its check objects use the API group <tenant>.verify.sandbox
   others:   the other tenants' names (phase cross)
   kubectl:  argv of kubectl as the tenant's admin (the stand-in's kubectl and kubeconfig, or
@@ -11,6 +11,7 @@ usage: verify_tenant.py SPEC   (SPEC = base64 of a JSON object)
   prefix:   the tenant's prefix as kube-apiserver uses it ("/<prefix>/")
   unit:     the systemd unit serving the API (for its start time)
   compaction_interval: the API server's --etcd-compaction-interval (a Go duration, "" = 5m)
+  k0s_kubectl, standin_kubectl: (phase ready) kubectl's argv where k0s runs, where the stand-in does
 Prints {"checks": [{name, ok, detail, skipped?}]}; every wait has a deadline, no sleeps where
 a condition can be polled.
 """
@@ -242,10 +243,67 @@ def cleanup(spec: dict[str, Any]) -> list[dict[str, Any]]:
                   short(res) or "deleted")]
 
 
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def ready(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """up's quick check of one tenant: its API server (k0s's kube-apiserver, else the CRD API
+    server stand-in) answers /readyz (polled, 30 s at most), and one object is written, read
+    back and deleted through it: a CustomResourceDefinition (the one kind both serve), raw
+    requests, no discovery. The full round trip (custom resources, a watch, the keys in etcd,
+    compaction) is verify's."""
+    tenant = spec["tenant"]
+    if run(["systemctl", "is-active", "k0scontroller"]).stdout.strip() == "active":
+        k, readyz, what = spec["k0s_kubectl"], "/readyz", "k0s's kube-apiserver"
+    elif run(["systemctl", "is-active", "crd-apiserver"]).stdout.strip() == "active":
+        k, readyz = spec["standin_kubectl"], "/readyz?exclude=informer-sync"
+        what = "the CRD API server (stand-in, not k0s)"
+    else:
+        return [check(f"{tenant}: Kubernetes API", True, "SKIPPED: neither k0s nor the CRD API "
+                      "server stand-in runs here (no k0s binary: set K0S_BINARY; the stand-in: "
+                      "up --apiserver auto)", skipped=True)]
+    last: list[subprocess.CompletedProcess[str]] = []
+
+    def answers() -> bool:
+        last[:] = [run(k + ["get", "--raw", readyz], timeout=10)]
+        return last[0].returncode == 0 and last[0].stdout.strip() == "ok"
+
+    ok = wait_for(answers, 30, step=0.5)
+    checks = [check(f"{tenant}: {what} ready ({readyz})", ok, short(last[0]))]
+    if not ok:
+        return checks
+    group = f"{tenant}.ready.sandbox"
+    name, token = f"writes.{group}", str(time.time_ns())
+    obj = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": name, "annotations": {"ready.sandbox/written": token}},
+           "spec": {"group": group, "scope": "Cluster",
+                    "names": {"plural": "writes", "singular": "write", "kind": "Write"},
+                    "versions": [{"name": "v1", "served": False, "storage": True,
+                                  "schema": {"openAPIV3Schema": {"type": "object"}}}]}}
+    wrote = run(k + ["create", "--raw", CRDS, "-f", "-"], json.dumps(obj))
+    if "AlreadyExists" in wrote.stderr:  # left by an interrupted check: removed, then again
+        run(k + ["delete", "--raw", f"{CRDS}/{name}"])
+        wait_for(lambda: run(k + ["get", "--raw", f"{CRDS}/{name}"]).returncode != 0, 30)
+        wrote = run(k + ["create", "--raw", CRDS, "-f", "-"], json.dumps(obj))
+    got = run(k + ["get", "--raw", f"{CRDS}/{name}"])
+    try:
+        read = (json.loads(got.stdout).get("metadata") or {}).get("annotations", {})
+    except ValueError:
+        read = {}
+    gone = run(k + ["delete", "--raw", f"{CRDS}/{name}"])
+    ok = (wrote.returncode == 0 and read.get("ready.sandbox/written") == token
+          and gone.returncode == 0)
+    detail = (f"CRD {name} created, read back with its annotation, deleted" if ok else
+              "; ".join(f"{step}: {short(res) or 'no output'}" for step, res in
+                        (("create", wrote), ("read", got), ("delete", gone))))
+    return checks + [check(f"{tenant}: a write and a read through its API", ok, detail)]
+
+
 def main() -> int:
     spec = json.loads(base64.b64decode(sys.argv[1]))
     phase = spec["phase"]
-    checks = {"roundtrip": roundtrip, "cross": cross, "cleanup": cleanup}[phase](spec)
+    checks = {"roundtrip": roundtrip, "cross": cross, "cleanup": cleanup,
+              "ready": ready}[phase](spec)
     print(json.dumps({"checks": checks}))
     return 0
 
