@@ -97,9 +97,9 @@ def test_add_members_creates_only_the_new_nodes_and_ignores_removed_ones() -> No
     assert plan(cs) == {"create": ["etcd-3"]}
 
 
-volumes_of = load_plugin("roles/podman_nodes/filter_plugins/podman_nodes.py").podman_node_volumes
+volumes_of = load_plugin("plugins/filter/podman_nodes.py").podman_node_volumes
 missing_of = load_plugin(
-    "roles/podman_nodes/filter_plugins/podman_nodes.py").podman_missing_mount_sources
+    "plugins/filter/podman_nodes.py").podman_missing_mount_sources
 MOUNTS = [{"src": "/var/cache/sandbox/kube-1", "dest": "/opt/crd-apiserver",
            "groups": ["k0s_controller"]}]
 
