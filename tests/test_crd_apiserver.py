@@ -27,6 +27,37 @@ def k0s_yaml(api: dict[str, Any] | None = None, **ext: Any) -> dict[str, Any]:
     return {"apiVersion": "k0s.k0sproject.io/v1beta1", "kind": "ClusterConfig", "spec": spec}
 
 
+@pytest.mark.parametrize(("extra", "args", "timeout"), [
+    # k0s's defaults: request timeout 1m -> stop timeout 62 s clamped to 20, watches drained 18 s
+    ({}, {"shutdown-watch-termination-grace-period": "18s"}, 20),
+    # a short request timeout: 3s + 2 = 5 s (the floor), the drain 3 s
+    ({"request-timeout": "3s"}, {"request-timeout": "3s",
+                                 "shutdown-watch-termination-grace-period": "3s"}, 5),
+    ({"request-timeout": "1m30s"}, {"request-timeout": "1m30s",
+                                    "shutdown-watch-termination-grace-period": "18s"}, 20),
+    ({"request-timeout": "8s"}, {"request-timeout": "8s",
+                                 "shutdown-watch-termination-grace-period": "8s"}, 10),
+    # the user's own drain period is kept; it counts toward the stop timeout
+    ({"request-timeout": "2s", "shutdown-watch-termination-grace-period": "9s"},
+     {"request-timeout": "2s", "shutdown-watch-termination-grace-period": "9s"}, 11),
+    # what Go would not parse counts as not given (k0s ignores the parse error)
+    ({"request-timeout": "soon"}, {"request-timeout": "soon",
+                                   "shutdown-watch-termination-grace-period": "18s"}, 20),
+])
+def test_shutdown_is_k0s_s(extra: dict[str, str], args: dict[str, str], timeout: int) -> None:
+    """k0s pkg/component/controller/apiserver.go:179-216: the supervisor's stop timeout and
+    the watch drain k0s adds, so an open watch does not hold a stop for the request timeout."""
+    got = crd.crd_apiserver_shutdown(k0s_yaml({"extraArgs": extra} if extra else None))
+    assert got == {"args": args, "timeout_stop_sec": timeout}
+
+
+def test_go_durations() -> None:
+    assert crd._go_duration("1m30s") == 90 and crd._go_duration("500ms") == 0.5
+    assert crd._go_duration("1h") == 3600 and crd._go_duration("1.5s") == 1.5
+    assert crd._go_duration("") is None and crd._go_duration("30") is None
+    assert crd._go_duration("5x") is None and crd._go_duration("1m 2s") is None
+
+
 def test_etcd_args_with_tls_are_k0s_s() -> None:
     cfg = k0s_yaml(endpoints=["https://10.0.0.11:2379", "https://10.0.0.12:2379"],
                    etcdPrefix="tenant-a", **TLS)

@@ -49,6 +49,45 @@ def crd_apiserver_etcd_args(config: dict[str, Any]) -> dict[str, str]:
     return args
 
 
+_GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "ns": 1e-9}
+
+
+def _go_duration(value: str) -> float | None:
+    """Seconds of a Go duration ("1m30s", "500ms", "20s"); None where Go would not parse it."""
+    import re
+
+    text = str(value).strip()
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|ns|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(n) * _GO_UNITS[u] for n, u in parts)
+
+
+def crd_apiserver_shutdown(config: dict[str, Any]) -> dict[str, Any]:
+    """How k0s stops kube-apiserver, for this k0s.yaml (k0s pkg/component/controller/
+    apiserver.go:179-216, commit dff90ce): the supervisor's stop timeout is the request
+    timeout (extraArgs request-timeout, default 1m) or the watch termination grace period if
+    longer, plus 2 s, clamped to 5-20 s; unless extraArgs set
+    ``shutdown-watch-termination-grace-period``, k0s sets it to that timeout minus 2 s, so open
+    watches are drained instead of holding the stop for the whole request timeout.
+    Returns ``{"args": {flag: value}, "timeout_stop_sec": seconds}``."""
+    extra = (((config or {}).get("spec") or {}).get("api") or {}).get("extraArgs") or {}
+    request = _go_duration(extra["request-timeout"]) if "request-timeout" in extra else None
+    grace = (_go_duration(extra["shutdown-watch-termination-grace-period"])
+             if "shutdown-watch-termination-grace-period" in extra else None)
+    stop = max(request if request is not None else 60.0, grace or 0.0) + 2.0
+    stop = max(5.0, min(stop, 20.0))
+    args: dict[str, str] = {}
+    if "request-timeout" in extra:
+        args["request-timeout"] = str(extra["request-timeout"])
+    if "shutdown-watch-termination-grace-period" in extra:
+        args["shutdown-watch-termination-grace-period"] = str(
+            extra["shutdown-watch-termination-grace-period"])
+    elif stop - 2.0 > 0:
+        args["shutdown-watch-termination-grace-period"] = f"{stop - 2.0:g}s"
+    return {"args": args, "timeout_stop_sec": int(stop) if stop == int(stop) else stop}
+
+
 def crd_apiserver_sans(config: dict[str, Any], extra: list[str]) -> list[str]:
     """SANs of the serving certificate: api.address, api.sans and api.externalAddress of
     k0s.yaml (what k0s puts in kube-apiserver's certificate), then ``extra``; "IP:"/"DNS:"."""
@@ -103,6 +142,7 @@ def crd_apiserver_systemd_quote(value: str) -> str:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"crd_apiserver_etcd_args": crd_apiserver_etcd_args,
+                "crd_apiserver_shutdown": crd_apiserver_shutdown,
                 "crd_apiserver_sans": crd_apiserver_sans,
                 "crd_apiserver_certificates": crd_apiserver_certificates,
                 "crd_apiserver_systemd_quote": crd_apiserver_systemd_quote}
