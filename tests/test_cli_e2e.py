@@ -179,6 +179,10 @@ def test_up_then_every_documented_command(sandbox: tuple[Path, Path, dict]) -> N
             assert verify.returncode == 0, explain(verify)
             check_verify_report(json.loads(verify.stdout), data, with_api=True)
             interrupted_up_says_so(state)
+            # etcd-4 and etcd-5 taken out of the file while they run: the documents' `down`
+            # still removes them (by the sandbox's labels) and the network
+            data["nodes"] = [n for n in data["nodes"] if n["name"] not in ("etcd-4", "etcd-5")]
+            path.write_text(yaml.safe_dump(data, sort_keys=False))
             day2_done = True
         res = run_typed(cmd, env)
         assert res.returncode == cmd.exit_code, f"{cmd.source}: {cmd.line}\n{explain(res)}"
