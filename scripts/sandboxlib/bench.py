@@ -9,7 +9,8 @@ On the podman backend, with several repetitions and medians:
   5. the floor: the same containers created and etcd started directly (podman run + etcd
      with the same certificates, no Ansible), until ``endpoint health --cluster`` passes.
 Per-phase times come from the progress lines ``up -v`` prints per play. Results: a table, a
-JSON and a CSV file, and a PNG plot of time against member count (ours and the floor).
+JSON and a CSV file, a PNG plot of time against member count (ours and the floor), and each
+speed target of the run met or missed with its figure and why (``targets.json``).
 Every sandbox runs offline (Debian's etcd package, the k0s download on a closed loopback
 port) under its own name and subnet, so a sandbox the user has up is not touched.
 With SANDBOX_PROFILE=1 each ``up``'s log holds every task's time (profile_tasks, one recap
@@ -183,6 +184,78 @@ def median(rows: list[dict[str, Any]], case: str, members: int) -> float | None:
     return round(statistics.median(vals), 1) if vals else None
 
 
+# Issue 31's targets (idle machine, one run; ratios to the floor of the same run). The
+# clean-clone CI time is the fifth; bench cannot measure it (scripts/test prints its wall time).
+COLD_LIMIT, COLD_FLOOR_RATIO, NOOP_LIMIT, MEMBERS_RATIO, DOWN_LIMIT = 30.0, 20.0, 3.0, 1.3, 3.0
+NOT_PHASES = {"case", "members", "rep", "seconds", "load1", "slowest", "changed"}
+
+
+def phase_medians(rows: list[dict[str, Any]], case: str, members: int) -> dict[str, float]:
+    """Each phase's median seconds over the rows of a case and member count."""
+    picked = [r for r in rows if r["case"] == case and r["members"] == members]
+    names = {k for r in picked for k, v in r.items()
+             if k not in NOT_PHASES and isinstance(v, int | float)}
+    return {k: statistics.median([r.get(k, 0) for r in picked]) for k in names}
+
+
+def _largest(phases: dict[str, float], count: int = 3) -> str:
+    top = sorted(phases.items(), key=lambda kv: -kv[1])[:count]
+    return ", ".join(f"{k} {v:g} s" for k, v in top if v > 0)
+
+
+def targets(rows: list[dict[str, Any]], cores: int | None = None) -> list[dict[str, Any]]:
+    """Each target of the run: what it is, the figure, met or not, and why (from the phases
+    and the slowest tasks the run recorded). A target whose cases did not run is left out."""
+    cores = cores or os.cpu_count() or 1
+    out: list[dict[str, Any]] = []
+
+    def add(target: str, figure: str, met: bool, why: str) -> None:
+        out.append({"target": target, "figure": figure, "met": met, "reason": "" if met else why})
+
+    cold, fl = median(rows, "cold-up", 3), median(rows, "floor", 3)
+    if cold is not None:
+        phases = phase_medians(rows, "cold-up", 3)
+        slow = next((r["slowest"] for r in rows if r["case"] == "cold-up" and "slowest" in r), "")
+        slow = "; ".join(slow.split("; ")[:3])
+        add(f"cold up of the default topology <= {COLD_LIMIT:g} s", f"{cold:g} s",
+            cold <= COLD_LIMIT, f"largest phases: {_largest(phases)}"
+            + (f"; slowest tasks: {slow}" if slow else ""))
+        if fl:
+            extra = {k: v for k, v in phases.items() if k not in ("nodes", "etcd")}
+            add(f"cold up <= {COLD_FLOOR_RATIO:g} x floor", f"{cold / fl:.1f} x ({fl:g} s)",
+                cold / fl <= COLD_FLOOR_RATIO,
+                f"the floor starts containers and etcd only; {sum(extra.values()):g} s of the up "
+                f"are phases it does not have ({_largest(extra, 5)})")
+    seven = median(rows, "cold-up", 7)
+    if seven is not None and cold:
+        grow = {k: v - phase_medians(rows, "cold-up", 3).get(k, 0)
+                for k, v in phase_medians(rows, "cold-up", 7).items()}
+        add(f"cold up, 7 members <= {MEMBERS_RATIO:g} x 3 members", f"{seven / cold:.2f} x "
+            f"({seven:g} s / {cold:g} s)", seven / cold <= MEMBERS_RATIO,
+            f"4 more nodes' tasks run on the control node's {cores} core(s): "
+            f"{_largest({k: v for k, v in grow.items() if v > 0}, 4).replace(' s', ' s more')}")
+    for case, label, limit, why in (
+            ("noop-up", "no-op up", NOOP_LIMIT,
+             "the check: one podman ps, one ssh per node, each member's /health"),
+            ("down", "down", DOWN_LIMIT, "podman rm of every node and the network")):
+        took = median(rows, case, 3)
+        if took is not None:
+            add(f"{label} <= {limit:g} s", f"{took:g} s", took <= limit, why)
+    return out
+
+
+def print_targets(found: list[dict[str, Any]], load: float, cores: int) -> None:
+    """The verdicts; ``load`` is the host's before the bench started its own work."""
+    idle = load <= cores / 2
+    print(f"\n  targets (load {load:g} on {cores} cores before the bench: "
+          f"{'idle' if idle else 'NOT idle: the targets are for an idle machine'}):")
+    for t in found:
+        verdict = "met   " if t["met"] else "MISSED"
+        print(f"  {verdict} {t['target']}: {t['figure']}"
+              + (f" -- {t['reason']}" if t["reason"] else ""))
+    print("  (not measured here) clean-clone .ci/run <= 25 min: scripts/test prints its wall time")
+
+
 def plot(rows: list[dict[str, Any]], counts: list[int], path: Path) -> str:
     try:
         import matplotlib
@@ -248,6 +321,7 @@ def _measure(bench: Bench, work: Path, reps: int, counts: list[int], etcd_bin: P
 
 
 def run(reps: int, counts: list[int], out: Path, with_floor: bool) -> int:
+    load_before = round(os.getloadavg()[0], 1)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="sandbox-bench-"))
     bench = Bench(out, work / "state")
@@ -276,7 +350,11 @@ def run(reps: int, counts: list[int], out: Path, with_floor: bool) -> int:
             m, f = median(bench.rows, case, n), median(bench.rows, "floor", n)
             ratio = f"{m / f:5.1f}x" if (case == "cold-up" and m and f) else ""
             print(f"  {case:<10} {n:>8} {m:>10} {f if case == 'cold-up' and f else '':>9} {ratio:>7}")
+    found = targets(bench.rows)
+    (out / "targets.json").write_text(json.dumps(found, indent=2) + "\n")
+    cores = os.cpu_count() or 1
+    print_targets(found, load_before, cores)
     print(plot(bench.rows, counts, out / "bench.png"))
-    print(f"files: {out / 'bench.json'}, {out / 'bench.csv'}")
+    print(f"files: {out / 'bench.json'}, {out / 'bench.csv'}, {out / 'targets.json'}")
     shutil.rmtree(work, ignore_errors=True)
     return 0
