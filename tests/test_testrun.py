@@ -16,9 +16,13 @@ def _wait_for(path: Path) -> list[str]:
 
 
 def test_pool_runs_two_stages_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # "waits" can only end if "creates" runs while it is still running.
-    stages = [("waits", _wait_for(tmp_path / "flag")),
-              ("creates", ["sh", "-c", f"echo making; touch {tmp_path / 'flag'}"])]
+    # "waits" can only end if "creates" runs while it is still running; it ends once "creates"
+    # has ended and been reaped (its PID, written to the flag, gone), so the order is known.
+    flag = tmp_path / "flag"
+    stages = [("waits", ["timeout", "30", "sh", "-c",
+                         (f"while [ ! -s {flag} ] || kill -0 $(cat {flag}) 2>/dev/null; "
+                          "do sleep 0.05; done; echo saw flag")]),
+              ("creates", ["sh", "-c", f"echo making; echo $$ > {flag}.new; mv {flag}.new {flag}"])]
     outcomes = testrun.run_pool(stages, jobs=2, first_index=1, total=2)
     assert {o.name: o.ok for o in outcomes} == {"waits": True, "creates": True}
     out = capsys.readouterr().out
