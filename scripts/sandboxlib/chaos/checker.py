@@ -111,14 +111,24 @@ def explained(sub: Sequence[Op], full: Sequence[Op]) -> bool:
             if w is not None and w.id not in ids:
                 return False
         elif seen is not None or (op.kind == "delete" and op.outcome == "ok"
-                                  and not op.result.get("deleted")):
-            # An absent key: the last delete invoked before it answered explains it.
+                                  and not op.result.get("deleted")) or (
+                op.kind == "cas" and op.expected == 0 and op.outcome == "ok"
+                and op.result.get("succeeded")):
+            # An absent key (seen, deleted nothing, or created only if absent: a
+            # compare-and-swap on mod revision 0): the last delete invoked before it
+            # answered explains it.
             before = [d for d in deletes if d.invoke < (op.complete or op.invoke)]
             if before and before[-1].id not in ids:
                 return False
         if op.kind == "cas" and op.expected:
             w = revs.get(op.expected)
             if w is not None and w.id not in ids:
+                return False
+        if op.kind == "delete" and op.outcome == "ok" and op.result.get("deleted"):
+            # It deleted a value: the last write invoked before it answered put it there.
+            before = sorted((w for w in revs.values() if w.kind != "delete"
+                             and w.invoke < (op.complete or op.invoke)), key=lambda w: w.invoke)
+            if before and before[-1].id not in ids:
                 return False
     return True
 
