@@ -199,7 +199,7 @@ def phase_medians(rows: list[dict[str, Any]], case: str, members: int) -> dict[s
 
 
 def _largest(phases: dict[str, float], count: int = 3) -> str:
-    top = sorted(phases.items(), key=lambda kv: -kv[1])[:count]
+    top = sorted(phases.items(), key=lambda kv: (-kv[1], kv[0]))[:count]
     return ", ".join(f"{k} {v:g} s" for k, v in top if v > 0)
 
 
@@ -213,8 +213,8 @@ def targets(rows: list[dict[str, Any]], cores: int | None = None) -> list[dict[s
         out.append({"target": target, "figure": figure, "met": met, "reason": "" if met else why})
 
     cold, fl = median(rows, "cold-up", 3), median(rows, "floor", 3)
+    phases = phase_medians(rows, "cold-up", 3)
     if cold is not None:
-        phases = phase_medians(rows, "cold-up", 3)
         slow = next((r["slowest"] for r in rows if r["case"] == "cold-up" and "slowest" in r), "")
         slow = "; ".join(slow.split("; ")[:3])
         add(f"cold up of the default topology <= {COLD_LIMIT:g} s", f"{cold:g} s",
@@ -228,8 +228,7 @@ def targets(rows: list[dict[str, Any]], cores: int | None = None) -> list[dict[s
                 f"are phases it does not have ({_largest(extra, 5)})")
     seven = median(rows, "cold-up", 7)
     if seven is not None and cold:
-        grow = {k: v - phase_medians(rows, "cold-up", 3).get(k, 0)
-                for k, v in phase_medians(rows, "cold-up", 7).items()}
+        grow = {k: v - phases.get(k, 0) for k, v in phase_medians(rows, "cold-up", 7).items()}
         add(f"cold up, 7 members <= {MEMBERS_RATIO:g} x 3 members", f"{seven / cold:.2f} x "
             f"({seven:g} s / {cold:g} s)", seven / cold <= MEMBERS_RATIO,
             f"4 more nodes' tasks run on the control node's {cores} core(s): "
