@@ -218,3 +218,16 @@ def check_verify_report(report: dict[str, Any], data: dict[str, Any], with_api: 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: end-to-end test that creates podman nodes")
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` TCP ports free on loopback now (for etcd members the tests start)."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import load_plugin, run_module
+from conftest import free_ports, load_plugin, run_module
 
 REPO = Path(__file__).resolve().parents[1]
 ANSIBLE = Path(sys.executable).parent / "ansible"
@@ -94,16 +93,6 @@ def test_parse_json_tolerates_what_etcdctl_prints_on_failure() -> None:
 # -- the module on a real cluster ------------------------------------------------------------
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _etcd_binaries(tmp: Path) -> Path:
     """etcd and etcdctl of roles/etcd's pinned packages, unpacked (no install)."""
     if not shutil.which("dpkg-deb"):
@@ -123,7 +112,7 @@ class Cluster:
 
     def __init__(self, tmp: Path, bindir: Path, names: list[str]) -> None:
         self.tmp, self.bindir, self.procs = tmp, bindir, {}
-        ports = _free_ports(2 * len(names) + 2)
+        ports = free_ports(2 * len(names) + 2)
         self.client = {n: f"http://127.0.0.1:{ports[2 * i]}" for i, n in enumerate(names)}
         self.peer = {n: f"http://127.0.0.1:{ports[2 * i + 1]}" for i, n in enumerate(names)}
         self.spare = ports[-2:]

@@ -107,26 +107,29 @@ def k0s_source(topo: Topology, extra: dict[str, Any]) -> str:
     return ""
 
 
-def build(log: Path | None = None, screen: Screen | None = None) -> tuple[Path, bool]:
-    """Run scripts/build-apiserver (it reuses its cache): its output to ``log``, its steps
-    (``build-apiserver: step: ...``) as notes on ``screen``'s live line. Returns its
-    directory and whether it built (False: reused); RuntimeError with its last line."""
-    proc = subprocess.Popen([str(BUILD)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+def build(log: Path | None = None, screen: Screen | None = None,
+          script: Path | None = None, name: str = "build-apiserver") -> tuple[Path, bool]:
+    """Run a cached build script (scripts/build-apiserver, or ``script`` named ``name`` such
+    as scripts/build-etcd: each reuses its cache): its output to ``log``, its steps
+    (``<name>: step: ...``) as notes on ``screen``'s live line. Returns its directory and
+    whether it built (False: reused); RuntimeError with its last line."""
+    proc = subprocess.Popen([str(script or BUILD)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None and proc.stdout is not None
     last = ""
     built = False
+    said, step_said = f"{name}:", f"{name}: step: "
     with open(log or os.devnull, "a", encoding="utf-8") as fh:
         for line in proc.stderr:
             fh.write(line)
             if line.strip():
                 last = line.strip()
-                built = built or last.startswith("build-apiserver:")
-                if last.startswith("build-apiserver: step: ") and screen is not None:
-                    screen.note(last.removeprefix("build-apiserver: step: "))
+                built = built or last.startswith(said)
+                if last.startswith(step_said) and screen is not None:
+                    screen.note(last.removeprefix(step_said))
     stdout = proc.stdout.read()
     if proc.wait() != 0:
-        raise RuntimeError(last or f"scripts/build-apiserver exit {proc.returncode}")
+        raise RuntimeError(last or f"scripts/{name} exit {proc.returncode}")
     return Path(stdout.strip().splitlines()[-1]), built
 
 

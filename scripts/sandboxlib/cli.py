@@ -24,8 +24,10 @@ import yaml
 
 from . import (
     apiserver,
+    attack,
     chaos,
     day2,
+    etcdbuild,
     fingerprint,
     inventory,
     kube,
@@ -158,6 +160,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         ctx.screen.line(f"    full log: {report.display_path(ctx.log_path)}")
         with open(ctx.log_path, "a", encoding="utf-8") as log:
             log.writelines(f"# converging: {reason}\n" for reason in why.reasons)
+        try:
+            extra.update(etcdbuild.up_vars(sb.topo, extra, ctx.screen, ctx.log_path))
+        except RuntimeError as exc:
+            raise Failure(f"the patched etcd packages could not be built: {exc} (log: "
+                          f"{report.display_path(ctx.log_path)}; or {etcdbuild.STOCK_HINT})"
+                          ) from None
         if sb.topo.tenants:
             try:
                 extra.update(apiserver.up_vars(sb.topo, extra, args.apiserver, ctx.screen,
@@ -373,6 +381,7 @@ def build_parser() -> Parser:
     i.add_argument("--json", action="store_true", help="JSON (for the Vagrantfile)")
     day2.add_commands(add)
     chaos.add_commands(add)
+    attack.add_commands(add)
     return p
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from . import apiserver, inventory, remote, report
+from . import apiserver, etcdbuild, inventory, remote, report
 from .topology import REPO_ROOT, Topology
 
 RECORD = "converged.json"            # in the state dir (the control node's record)
@@ -98,9 +98,10 @@ def inputs(topo: Topology, backend: str, extra: dict[str, Any]) -> dict[str, str
     versions = [tree_digest([REPO_ROOT / c for c in CACHES], REPO_ROOT, contents=False)]
     if binary:
         versions.append(tree_digest([Path(binary)], Path("/"), contents=False))
-    build = extra.get("crd_apiserver_dir")
-    if build:
-        versions.append(tree_digest([Path(build)], Path(build).parent, contents=False))
+    for key in ("crd_apiserver_dir", "etcd_package_dir"):   # the builds' caches
+        build = extra.get(key)
+        if build:
+            versions.append(tree_digest([Path(build)], Path(build).parent, contents=False))
     return {"code": tree_digest([REPO_ROOT / p for p in CODE], REPO_ROOT),
             "topology": _json_digest(inventory.build(topo, backend)),
             "variables": _json_digest({"vars": variables, "K0S_BINARY": binary}),
@@ -257,10 +258,14 @@ def why_converge(topo: Topology, backend: str, extra: dict[str, Any], mode: str)
     reasons, which say_why prints once the input is known to be valid."""
     t0 = time.time()
     planned = apiserver.planned_vars(topo, extra, mode)
+    etcd_planned = etcdbuild.planned_vars(topo, extra)
     if planned is None:
         res = Result(reasons=["the Kubernetes API stand-in is not built yet"])
+    elif etcd_planned is None:
+        res = Result(reasons=["the patched etcd packages are not built yet"])
     else:
-        res = check(topo, backend, inputs(topo, backend, {**extra, **planned}), extra)
+        res = check(topo, backend, inputs(topo, backend, {**extra, **etcd_planned, **planned}),
+                    extra)
     res.took = time.time() - t0
     if res.unchanged:
         c = res.checked

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import remote, usage
+from . import etcdbuild, remote, usage
 from .apiserver import API_PROBE
 from .topology import REPO_ROOT, Node, Topology
 
@@ -54,6 +54,7 @@ class Status:
     quota: int = 0                                             # backend quota (/metrics)
     usage: list[dict[str, Any]] = field(default_factory=list)  # per tenant (usage.entries)
     usage_note: str = ""                                       # why usage is unknown
+    etcd_build: str = ""                                       # version, patches, advisories
 
     @property
     def running(self) -> list[str]:
@@ -156,7 +157,10 @@ def collect(topo: Topology, backend: str, verified_since: float | None = None) -
         members_ssh = members[:1]
     jobs = [(targets[m], ETCD_PROBE) for m in members_ssh]
     jobs += [(targets[c], API_PROBE) for c in ctrls]
+    jobs += [(targets[m], etcdbuild.VERSION_PROBE) for m in members[:1]]
     results = remote.run_many(jobs, timeout=25)
+    if members:
+        st.etcd_build = etcdbuild.build_summary(results.pop().stdout, topo)
     if not members:
         st.etcd_note = "no etcd member is running"
     elif members_ssh:
@@ -332,6 +336,8 @@ def render(st: Status) -> str:
         out.append(f"etcd: {healthy}/{len(members)} members healthy ({st.etcd_source})")
     else:
         out.append(f"etcd: health unknown ({st.etcd_note})")
+    if st.etcd_build:
+        out.append(f"etcd build: {st.etcd_build.removeprefix('etcd ')}")
     pki = topo.state_dir / "pki"
     if topo.tls:
         out.append(f"TLS: on (mTLS, client and peer); certificates in {display_path(pki)} "

@@ -1,7 +1,7 @@
 """``scripts/test``: every check the project has, collecting failures.
 
-Serial first: yamllint -> ruff -> mypy -> build-apiserver (cached, started in the
-background at once) -> build-image (the node image every podman test uses, built once before
+Serial first: yamllint -> ruff -> mypy -> build-etcd and build-apiserver (cached, both started
+in the background at once) -> build-image (the node image every podman test uses, built once before
 anything runs beside anything else). Then the heavy stages -- ansible-lint (production
 profile), pytest, the Vagrant end-to-end test and every Molecule scenario -- run ``--jobs`` at
 a time (default 2), longest first. Each scenario and test has its own sandbox
@@ -29,6 +29,9 @@ from typing import IO
 from .topology import REPO_ROOT
 
 BUILD_STAGE = "build-apiserver"
+ETCD_BUILD_STAGE = "build-etcd"
+# Started in the background with the first stage; their stages wait for them.
+EARLY_STAGES = (ETCD_BUILD_STAGE, BUILD_STAGE)
 ANSIBLE_LINT = "ansible-lint"
 SANITY = "ansible-test sanity"
 VAGRANT_E2E = "tests/test_vagrant_e2e.py"
@@ -46,6 +49,10 @@ LINT_STAGES: list[tuple[str, list[str]]] = [
     # from Debian's packages, then reused from the cache by pytest and every scenario. It
     # starts in the background with the first stage (its download overlaps the linters);
     # this stage waits for it.
+    # The etcd the sandbox installs: Debian's 3.5.30 with the project's patches
+    # (scripts/etcd-patches/, each with its Go test), built once, cached like the API server,
+    # started in the background at once too.
+    (ETCD_BUILD_STAGE, ["scripts/build-etcd"]),
     (BUILD_STAGE, ["scripts/build-apiserver"]),
     # The node image, before podman stages run side by side (two would build it twice).
     ("build-image", ["scripts/build-image"]),
@@ -313,9 +320,8 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("PY_COLORS", "1" if sys.stdout.isatty() else "0")
     t0 = time.time()
     total = len(serial) + len(heavy)
-    build = dict(serial).get(BUILD_STAGE)
-    early = Background(build) if build else None
-    outcomes = [run_stage(i, total, name, cmd, early if name == BUILD_STAGE else None)
+    early = {name: Background(cmd) for name, cmd in serial if name in EARLY_STAGES}
+    outcomes = [run_stage(i, total, name, cmd, early.get(name))
                 for i, (name, cmd) in enumerate(serial, 1)]
     if heavy:
         print(f"\n=== {len(heavy)} heavy stages, {args.jobs} at a time, longest first: "

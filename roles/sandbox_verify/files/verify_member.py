@@ -12,8 +12,9 @@ usage: verify_member.py SPEC   (SPEC = base64 of a JSON object)
             /proc/<pid>/environ needs CAP_SYS_PTRACE, which containers lack), its command
             line and "DATADIR <mode> <owner>" of its data dir
   files:    [dir, ...] -- "<d|f> <path> <mode> <owner>:<group>" of each directory and its files
+  version:  true -- `--version` of the binary the etcd unit starts
 Prints {"probes": [{name, expect, ok, detail}], "cluster": [str], "settings": [str],
-"files": [str]}.
+"files": [str], "version": str}.
 """
 
 import base64
@@ -103,6 +104,14 @@ def settings() -> list[str]:
     return lines
 
 
+def version() -> str:
+    """``--version`` of the binary the etcd unit starts (its ExecStart path): the version
+    and, for the sandbox's patched build, the patches (its Git SHA line)."""
+    start = run(["systemctl", "show", "-p", "ExecStart", "--value", "etcd"])
+    found = re.search(r"path=([^ ;]+)", start)
+    return run([found.group(1) if found else "etcd", "--version"])
+
+
 def files(dirs: list[str]) -> list[str]:
     """'<path> <mode> <owner>:<group>' of each directory in ``dirs`` that exists and of every
     file in it (not recursive)."""
@@ -145,6 +154,8 @@ def main() -> int:
     if spec.get("settings"):
         out["settings"] = settings()
     out["files"] = files(spec.get("files", []))
+    if spec.get("version"):
+        out["version"] = version()
     print(json.dumps(out))
     return 0
 

@@ -1,0 +1,251 @@
+"""The hostile-tenant suite (roles/sandbox_verify/files/hostile_tenant.py and hostile_admin.py)
+against a real etcd on loopback, as a tenant of the sandbox reaches it: mTLS with the tenant's
+certificate (its CN its etcd user), RBAC as roles/etcd sets it (readwrite on its prefix, read
+on compact_rev_key), --peer-cert-allowed-cn, an 8 MiB backend quota that the tenant fills
+through its own prefix.
+
+Two builds, both real: the sandbox's patched etcd (scripts/build-etcd, what roles/etcd
+installs) must refuse everything, NOSPACE raised or not; Debian's unpatched 3.5.30-2 must be
+caught by the suite (the NOSPACE bypass of etcd-io/etcd#22386 and the watch of
+GHSA-xg4h-6gfc-h4m8), so the suite is shown to fail where isolation fails.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import free_ports
+
+REPO = Path(__file__).resolve().parents[1]
+FILES = REPO / "roles" / "sandbox_verify" / "files"
+QUOTA = 8 * 1024 * 1024
+TENANTS = {"tenant-a": "/tenant-a/", "tenant-b": "/tenant-b/"}
+
+
+def _pki(d: Path) -> None:
+    """A CA, the member certificate (CN etcd-member, as roles/pki makes it) and client
+    certificates whose CN is the etcd user: root and the two tenants."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def key() -> Any:
+        return ec.generate_private_key(ec.SECP256R1())
+
+    def write(name: str, k: Any, cert: Any) -> None:
+        (d / f"{name}.key").write_bytes(k.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption()))
+        (d / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+    ca_key = key()
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hostile-test-ca")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(1)
+          .not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    write("ca", ca_key, ca)
+    import ipaddress
+
+    for i, (name, cn) in enumerate([("member", "etcd-member"), ("root", "root"),
+                                    ("tenant-a", "tenant-a"), ("tenant-b", "tenant-b")], start=2):
+        k = key()
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+                .issuer_name(ca_name).public_key(k.public_key()).serial_number(i)
+                .not_valid_before(now - datetime.timedelta(minutes=5))
+                .not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(x509.SubjectAlternativeName(
+                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                    critical=False)
+                .add_extension(x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        write(name, k, cert)
+
+
+def _binaries(tmp: Path, version: str | None) -> Path:
+    if not shutil.which("dpkg-deb"):
+        pytest.skip("dpkg-deb not available: the etcd .deb files cannot be unpacked here")
+    args = [str(REPO / "scripts" / "fetch-etcd-debs")] + (["--version", version] if version else [])
+    res = subprocess.run(args, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        pytest.skip(f"the etcd packages ({version or 'the patched build'}) cannot be had: "
+                    f"{res.stderr.strip()[-300:]}")
+    root = tmp / "root"
+    for deb in res.stdout.split():
+        subprocess.run(["dpkg-deb", "-x", deb, str(root)], check=True)
+    return root / "usr" / "bin"
+
+
+class Member:
+    """One etcd member on loopback with the sandbox's TLS and RBAC."""
+
+    def __init__(self, tmp: Path, bindir: Path) -> None:
+        self.tmp, self.bindir = tmp, bindir
+        client, peer, metrics = free_ports(3)
+        self.client = f"https://127.0.0.1:{client}"
+        self.peer = f"https://127.0.0.1:{peer}"
+        self.metrics = f"http://127.0.0.1:{metrics}"
+        p = str(tmp)
+        self.proc = subprocess.Popen(
+            [str(bindir / "etcd"), "--name", "m1", "--data-dir", f"{p}/data",
+             "--listen-client-urls", self.client, "--advertise-client-urls", self.client,
+             "--listen-peer-urls", self.peer, "--initial-advertise-peer-urls", self.peer,
+             "--initial-cluster", f"m1={self.peer}", "--logger", "zap", "--log-level", "error",
+             "--cert-file", f"{p}/member.crt", "--key-file", f"{p}/member.key",
+             "--trusted-ca-file", f"{p}/ca.crt", "--client-cert-auth",
+             "--peer-cert-file", f"{p}/member.crt", "--peer-key-file", f"{p}/member.key",
+             "--peer-trusted-ca-file", f"{p}/ca.crt", "--peer-client-cert-auth",
+             "--peer-cert-allowed-cn", "etcd-member", "--listen-metrics-urls", self.metrics,
+             "--quota-backend-bytes", str(QUOTA)],
+            stdout=subprocess.DEVNULL, stderr=open(tmp / "etcd.log", "w"))  # noqa: SIM115
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(self.metrics + "/health", timeout=1) as resp:
+                    if b'"true"' in resp.read():
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("etcd did not turn healthy: "
+                                   + (tmp / "etcd.log").read_text()[-500:])
+            time.sleep(0.1)
+        for args in (["user", "add", "root", "--no-password"], ["user", "grant-role", "root", "root"]):
+            self.admin(*args)
+        for name, prefix in TENANTS.items():
+            for args in (["role", "add", name],
+                         ["role", "grant-permission", name, "readwrite", prefix, "--prefix=true"],
+                         ["role", "grant-permission", name, "read", "compact_rev_key"],
+                         ["user", "add", name, "--no-password"], ["user", "grant-role", name, name]):
+                self.admin(*args)
+        self.admin("auth", "enable")
+        for name, prefix in TENANTS.items():
+            for i in range(3):
+                self.admin("put", f"{prefix}object-{i}", f"{name}'s value {i}")
+
+    def ctl(self, who: str) -> list[str]:
+        return [str(self.bindir / "etcdctl"), f"--endpoints={self.client}",
+                f"--cacert={self.tmp}/ca.crt", f"--cert={self.tmp}/{who}.crt",
+                f"--key={self.tmp}/{who}.key"]
+
+    def admin(self, *args: str) -> str:
+        res = subprocess.run(self.ctl("root") + list(args), capture_output=True, text=True,
+                             check=False, timeout=30)
+        assert res.returncode == 0, f"etcdctl {args}: {res.stderr}"
+        return res.stdout
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+
+
+def _script(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    res = subprocess.run([sys.executable, str(FILES / name),
+                          base64.b64encode(json.dumps(spec).encode()).decode()],
+                         capture_output=True, text=True, check=False, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def _attack(m: Member, mode: str, nospace: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """prepare (admin), tenant-a's attempts, finish (admin): as playbooks/attack.yml runs them."""
+    tenants = [{"name": n, "prefix": p} for n, p in TENANTS.items()]
+    prep = _script("hostile_admin.py", {"op": "prepare", "etcdctl": m.ctl("root"), "tenants": tenants})
+    spec = {"etcdctl": m.ctl("tenant-a"), "tenant": "tenant-a", "prefix": TENANTS["tenant-a"],
+            "ca": f"{m.tmp}/ca.crt", "cert": f"{m.tmp}/tenant-a.crt", "key": f"{m.tmp}/tenant-a.key",
+            "victims": [prep["targets"]["tenant-b"]],
+            "members": [{"name": "m1", "client_url": m.client, "peer_url": m.peer}],
+            "metrics": [m.metrics], "compact_rev_key": "read", "mode": mode, "nospace": nospace,
+            "fill_prefix": "/tenant-a/k0sbox-attack/fill/", "fill_value_bytes": 1000000}
+    attack = _script("hostile_tenant.py", spec)
+    done = _script("hostile_admin.py", {"op": "finish", "etcdctl": m.ctl("root"),
+                                        "targets": prep["targets"], "keys": prep["keys"],
+                                        "fill_prefixes": [spec["fill_prefix"]]})
+    return attack, done
+
+
+def _outcomes(attack: dict[str, Any], phase: str) -> dict[str, str]:
+    return {a["name"]: a["outcome"] for p in attack["phases"] if p["phase"] == phase
+            for a in p["attempts"]}
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Member]:
+    tmp = tmp_path_factory.mktemp("patched")
+    _pki(tmp)
+    m = Member(tmp, _binaries(tmp, None))
+    yield m
+    m.stop()
+
+
+def test_the_patched_build_refuses_every_attempt_nospace_or_not(patched: Member) -> None:
+    attack, done = _attack(patched, "full", nospace=True)
+    assert attack["fill"]["ok"], attack["fill"]
+    phases = [p["phase"] for p in attack["phases"]]
+    assert phases == ["normal", "nospace"]
+    for phase in phases:
+        out = _outcomes(attack, phase)
+        assert [n for n, o in out.items() if o == "succeeded"] == [], phase
+        assert [n for n, o in out.items() if o == "error"] == [], (phase, attack)
+        # the attempts that etcd 3.5.30 lets through without the patches, refused here
+        for name in ("delete another tenant's key", "delete another tenant's whole prefix",
+                     "revoke another tenant's lease (a key attached)", "grant itself root",
+                     "grant its role the whole keyspace", "disable auth", "add a user",
+                     "watch every key from its own key on (GHSA-xg4h-6gfc-h4m8)"):
+            assert out[name] == "refused", (phase, name, out[name])
+        assert out["its certificate on a member's peer port"] == "refused"
+        assert out["write kube-apiserver's compaction key"] == "refused"
+    assert _outcomes(attack, "nospace")["disarm the alarms"] == "refused"
+    assert done["auth"] == "on" and done["changed"] == {}, done
+    assert done["kept"] == {"tenant-a": 3, "tenant-b": 3}
+    assert done["healthy"] and done["alarms"] == "", done
+    assert any("defragmented" in r for r in done["recovered"]), done
+
+
+def test_quick_mode_harms_nothing_and_tries_no_fill(patched: Member) -> None:
+    attack, done = _attack(patched, "quick", nospace=True)
+    assert [p["phase"] for p in attack["phases"]] == ["normal"] and "fill" not in attack
+    out = _outcomes(attack, "normal")
+    assert "delete another tenant's whole prefix" not in out
+    assert out["disarm the alarms"] == "n/a"
+    assert sum(o == "refused" for o in out.values()) > 40, out
+    assert done["changed"] == {} and done["auth"] == "on"
+
+
+def test_debian_unpatched_3_5_30_is_caught(tmp_path: Path) -> None:
+    """The suite fails where isolation fails: Debian's 3.5.30-2 lets tenant-a watch past its
+    prefix, and, once it filled the quota, delete tenant-b's keys, grant itself root and turn
+    auth off."""
+    _pki(tmp_path)
+    m = Member(tmp_path, _binaries(tmp_path, "3.5.30-2"))
+    try:
+        attack, done = _attack(m, "full", nospace=True)
+    finally:
+        m.stop()
+    normal, nospace = _outcomes(attack, "normal"), _outcomes(attack, "nospace")
+    assert normal["watch every key from its own key on (GHSA-xg4h-6gfc-h4m8)"] == "succeeded"
+    assert normal["delete another tenant's key"] == "refused"
+    for name in ("delete another tenant's key", "delete another tenant's whole prefix",
+                 "revoke another tenant's lease (a key attached)", "grant itself root",
+                 "add a user", "disable auth"):
+        assert nospace[name] == "succeeded", (name, nospace[name])
+    assert done["auth"] == "off"
+    assert any("deleted" in c for c in done["changed"]["tenant-b"]), done["changed"]
