@@ -74,7 +74,7 @@ def sandbox_nodes(topology: Path, state: Path, present: bool) -> subprocess.Comp
                cwd=REPO_ROOT, env=env)
 
 
-def user_inventory(dest: Path, key: Path, state: Path, apiserver_dir: str) -> None:
+def user_inventory(dest: Path, key: Path, state: Path, apiserver_dir: str, etcd_dir: str) -> None:
     """inventories/example/ copied, with what differs on these hosts put in."""
     shutil.copytree(REPO_ROOT / "inventories" / "example", dest)
     hosts_file = dest / "hosts.yml"
@@ -99,9 +99,11 @@ def user_inventory(dest: Path, key: Path, state: Path, apiserver_dir: str) -> No
         ansible_user="root", ansible_ssh_private_key_file=str(key),
         ansible_ssh_common_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
         sandbox_name=NAME, sandbox_state_dir=str(state),
-        # offline: Debian's etcd package, no k0s download (refused at once), the stand-in's
-        # binaries from scripts/build-apiserver
-        etcd_install_method="package", k0s_download_base_url="http://127.0.0.1:9/k0s-releases",
+        # offline: the etcd package method (the sandbox's patched build of Debian's etcd, its
+        # .deb files from scripts/build-etcd, given as a collection user gives them), no k0s
+        # download (refused at once), the stand-in's binaries from scripts/build-apiserver
+        etcd_install_method="package", etcd_package_dir=etcd_dir,
+        k0s_download_base_url="http://127.0.0.1:9/k0s-releases",
         k0s_binary_missing="warn", crd_apiserver_dir=apiserver_dir)
     for tenant in shared["k0s_tenants"]:
         tenant["controllers"] = [c for c in tenant["controllers"] if c in ADDRESSES]
@@ -126,6 +128,10 @@ def test_the_installed_collection_converges_hosts_over_ssh(tmp_path: Path) -> No
     if not (Path(built) / "apiextensions-apiserver").is_file():
         pytest.skip(f"Kubernetes' CRD API server (the stand-in) is not built in {built}: "
                     "run scripts/build-apiserver")
+    etcd_dir = subprocess.run([str(REPO_ROOT / "scripts" / "build-etcd"), "--print-dir"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    if not (Path(etcd_dir) / "SHA256SUMS").is_file():
+        pytest.skip(f"the sandbox's etcd packages are not built in {etcd_dir}: run scripts/build-etcd")
     assert podman_objects(NAME) == [], f"left over from an earlier run: {podman_objects(NAME)}"
 
     topology = tmp_path / "nodes.yml"
@@ -160,7 +166,8 @@ def test_the_installed_collection_converges_hosts_over_ssh(tmp_path: Path) -> No
         assert not (installed / "scripts").exists() and not (installed / "molecule").exists()
 
         state = user / "state"
-        user_inventory(user / "inventory", nodes_state / NAME / "ssh" / "id_ed25519", state, built)
+        user_inventory(user / "inventory", nodes_state / NAME / "ssh" / "id_ed25519", state, built,
+                       etcd_dir)
         (user / "site.yml").write_text(PLAYBOOK)
         play = [str(BIN / "ansible-playbook"), "-i", "inventory", "site.yml"]
 

@@ -64,7 +64,8 @@ def test_plan_full_quick_and_one_scenario() -> None:
     assert [n for n, _ in serial][-2:] == ["build-apiserver", "build-image"]
     assert "ansible-lint" not in dict(serial)
     assert sorted(n for n, _ in heavy) == ["ansible-lint", "ansible-test sanity", "molecule etcd",
-                                           "molecule lb", "pytest", "pytest collection-e2e",
+                                           "molecule lb", "pytest", "pytest attack-e2e",
+                                           "pytest collection-e2e",
                                            "pytest vagrant-e2e"]
     # the collection's e2e is a stage of its own, not also part of the pytest stage
     assert testrun.COLLECTION_E2E in " ".join(dict(heavy)["pytest"])
