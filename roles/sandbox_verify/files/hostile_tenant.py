@@ -313,6 +313,12 @@ class Suite:
                 Attempt("the v2 API", m["client_url"] + "/v2/keys/",
                         run=lambda u=m["client_url"]: self.https(u + "/v2/keys/", proof='"node"'),
                         refused_also=("http 404",) + handshake),
+                Attempt("the member's /debug/vars with its certificate", m["client_url"] + "/debug/vars",
+                        run=lambda u=m["client_url"]: self.https(u + "/debug/vars", proof='"cmdline"'),
+                        refused_also=("http 404",) + handshake,
+                        allowed="etcd serves its runtime counters and command line to any client "
+                                "certificate (roles/etcd passes the settings in the environment: "
+                                "the command line is the binary's path); no key or value"),
             ]
         for url in [u for u in self.spec.get("metrics", []) if u][:1]:
             out.append(Attempt("the metrics listener without a certificate", url + "/metrics",
