@@ -249,3 +249,33 @@ def test_debian_unpatched_3_5_30_is_caught(tmp_path: Path) -> None:
         assert nospace[name] == "succeeded", (name, nospace[name])
     assert done["auth"] == "off"
     assert any("deleted" in c for c in done["changed"]["tenant-b"]), done["changed"]
+
+
+def test_an_etcdctl_without_a_command_sends_nothing_and_says_so(patched: Member,
+                                                                tmp_path: Path) -> None:
+    """Debian 12's etcdctl 3.4.23 (a controller whose etcd-client stayed there after
+    upgrade-etcd) has no `auth status`: it prints the `auth` command's help and exits 0. That
+    is no answer from etcd: n/a, never "succeeded"."""
+    res = subprocess.run(["apt-get", "download", "etcd-client=3.4.23-4+b4"], cwd=tmp_path,
+                         capture_output=True, text=True, check=False)
+    debs = list(tmp_path.glob("etcd-client_3.4.23*.deb"))
+    if res.returncode != 0 or not debs:
+        pytest.skip(f"Debian 12's etcd-client 3.4.23 cannot be had here: {res.stderr.strip()[-200:]}")
+    subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(tmp_path / "old")], check=True)
+    old = tmp_path / "old" / "usr" / "bin" / "etcdctl"
+    tenants = [{"name": n, "prefix": p} for n, p in TENANTS.items()]
+    prep = _script("hostile_admin.py", {"op": "prepare", "etcdctl": patched.ctl("root"),
+                                        "tenants": tenants})
+    spec = {"etcdctl": [str(old), *patched.ctl("tenant-a")[1:]], "tenant": "tenant-a",
+            "prefix": TENANTS["tenant-a"], "ca": f"{patched.tmp}/ca.crt",
+            "cert": f"{patched.tmp}/tenant-a.crt", "key": f"{patched.tmp}/tenant-a.key",
+            "victims": [prep["targets"]["tenant-b"]], "members": [], "metrics": [],
+            "compact_rev_key": "read", "mode": "quick"}
+    attack = _script("hostile_tenant.py", spec)
+    _script("hostile_admin.py", {"op": "finish", "etcdctl": patched.ctl("root"),
+                                 "targets": prep["targets"], "keys": prep["keys"]})
+    out = _outcomes(attack, "normal")
+    assert "3.4.23" in attack["client"]
+    assert out["read the auth status"] == "n/a"
+    assert [n for n, o in out.items() if o == "succeeded"] == []
+    assert out["disable auth"] == "refused"

@@ -90,8 +90,15 @@ def short(text: str) -> str:
     return " | ".join(text.splitlines()[-2:])[:300]
 
 
+# What etcdctl prints when it does not have the command or flag (etcdctl 3.4 has no `auth
+# status`, and prints the `auth` command's help with exit 0): no request was sent.
+NOT_SENT = ("usage:", "unknown command", "unknown flag", "unknown shorthand flag")
+
+
 def judge(a: Attempt, rc: int, out: str) -> tuple[str, str]:
     low = out.lower()
+    if not a.run and any(n in low for n in NOT_SENT):
+        return "n/a", "this etcdctl has no such command or flag: nothing was sent"
     if any(d in low for d in DENIED) or any(r in low for r in a.refused_also):
         outcome = "refused"
     elif rc == 0 or any(p in low for p in a.passed_if):
@@ -383,7 +390,9 @@ def run_phases(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _phases(suite: Suite, spec: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = {"tenant": suite.tenant, "phases": []}
+    _, client = sh([suite.ctl[0], "version"])
+    result: dict[str, Any] = {"tenant": suite.tenant, "client": " ".join(client.split()),
+                              "phases": []}
     result["phases"].append({"phase": "normal", "attempts": [suite.attempt(a) for a in suite.attempts("normal")]})
     if suite.full and spec.get("nospace"):
         fill = suite.fill()
