@@ -5,6 +5,10 @@
   a connection (``ansible_*``) or a day-2 command's consent (``etcd_restore_foreign``,
   ``k0s_restore_force``): before, ``down`` with such a topology removed another sandbox's
   podman node (tried below on a real podman container); now the file is refused on load.
+- A tenant's kubeconfig replaced by a symbolic link (to another cluster's kubeconfig): before,
+  ``kubeconfig`` printed the link's target and ``kubectl`` ran against it; now both refuse.
+- A state directory whose path holds a space and ``$(...)``: before, ``eval "$(kubeconfig
+  --export)"`` ran the command in the path; now the path is quoted.
 
 The tenant copy (playbooks/tenant-restore.yml) is tried in tests/test_tenant_backup_checks.py
 and tests/test_sandbox_etcd_prefix.py.
@@ -12,6 +16,7 @@ and tests/test_sandbox_etcd_prefix.py.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -101,3 +106,39 @@ def test_down_with_a_topology_naming_another_sandbox_removes_nothing(
         assert exists.returncode == 0, "down removed another sandbox's node"
     finally:
         subprocess.run(["podman", "rm", "--force", "--ignore", name], capture_output=True, check=False)
+
+
+def _kubeconfig_setup(tmp_path: Path, state: Path, write_topology: Callable[..., Path]) -> str:
+    doc = base_topology()
+    doc["name"] = "t-hf-kc"
+    (state / "t-hf-kc" / "kubeconfig").mkdir(parents=True)
+    return str(write_topology(doc))
+
+
+def test_a_kubeconfig_replaced_by_a_link_is_not_followed(
+        tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    state = tmp_path / "state"
+    topo = _kubeconfig_setup(tmp_path, state, write_topology)
+    other = tmp_path / "production-kubeconfig"
+    other.write_text("apiVersion: v1\nkind: Config\n")
+    (state / "t-hf-kc" / "kubeconfig" / "ta.yaml").symlink_to(other)
+    shown = run_sandbox(["kubeconfig", "-t", topo, "--tenant", "ta"], state)
+    assert shown.returncode == 1 and str(other) not in shown.stdout, (shown.stdout, shown.stderr)
+    assert f"is a symbolic link to {other}, not the kubeconfig scripts/sandbox up writes" in shown.stderr
+    ran = run_sandbox(["kubectl", "-t", topo, "--tenant", "ta", "get", "pods"], state,
+                      env={"SANDBOX_KUBECTL": shutil.which("echo") or "/bin/echo"})
+    assert ran.returncode == 1 and ran.stdout == "", (ran.stdout, ran.stderr)
+
+
+def test_the_export_line_is_quoted_for_the_shell_that_evaluates_it(
+        tmp_path: Path, write_topology: Callable[..., Path]) -> None:
+    proof = tmp_path / "ran"
+    state = tmp_path / f"my state $(touch {proof})"
+    topo = _kubeconfig_setup(tmp_path, state, write_topology)
+    conf = state / "t-hf-kc" / "kubeconfig" / "ta.yaml"
+    conf.write_text("apiVersion: v1\n")
+    line = run_sandbox(["kubeconfig", "-t", topo, "--export"], state)
+    assert line.returncode == 0, line.stderr
+    shell = subprocess.run(["bash", "-c", line.stdout + '\nprintf %s "$KUBECONFIG"'],
+                           capture_output=True, text=True, check=True)
+    assert shell.stdout == str(conf) and not proof.exists(), (line.stdout, shell.stdout)
