@@ -12,6 +12,7 @@ a damaged copy and a stale guard are refused.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import subprocess
 import threading
@@ -180,6 +181,7 @@ def test_replace_makes_the_prefix_the_copy_and_leaves_others_alone(etcd: Etcd, t
     refused = etcd.op(op="replace", prefix="/tr/", src=str(tmp_path / "tr.tenant"), sha256=digest,
                       max_txn_ops=200)
     assert refused.get("failed") and "too many operations in txn request" in refused["msg"], refused
+    assert (refused["committed"], refused["untouched"]) == (0, False)   # a transaction was sent
     assert len(etcd.get("/tr/extra-")) == 130           # the refused transaction changed nothing
 
 
@@ -219,7 +221,7 @@ def test_a_restore_interrupted_between_transactions_is_finished_by_a_rerun(
     args = {"op": "replace", "prefix": "/ti/", "src": str(tmp_path / "ti.tenant"), "sha256": dump["sha256"],
             "restore_note": {"tenant": "ti", "file": "backups/ti.tenant"}}
     cut = etcd.op(**args, etcdctl=str(flaky))
-    assert cut.get("failed"), cut
+    assert cut.get("failed") and (cut["committed"], cut["untouched"]) == (1, False), cut
     assert ("transaction 2 of 2 failed: etcdctl 'txn': Error: connection lost; 1 transaction(s) "
             "were committed (0 deleted, 127 put), so the prefix is partly restored") in cut["msg"]
     values = _values(etcd.get("/ti/"))
@@ -254,3 +256,57 @@ def test_a_transaction_whose_keys_changed_since_they_were_read_is_refused(etcd: 
     fresh = [{**stale[0], "mod_revision": etcd.get("/tg/a")[0]["mod_revision"]}]
     assert ctl.run(["txn"], prefix_mod.txn_input(fresh, "")).get("succeeded")
     assert _values(etcd.get("/tg/a")) == {b"/tg/a": b"3"}
+
+
+# -- a hostile copy: checked whole before anything stops, and again before the replace writes --
+
+
+def _manifest_of(dump: dict[str, Any], tenant: str, prefix: str, name: str) -> dict[str, Any]:
+    """The manifest roles/k0s_controller/tasks/tenant_backup.yml writes beside a dump."""
+    return {"manifest": prefix_mod.FORMAT, "file": name, "tenant": tenant, "prefix": prefix,
+            **{k: dump[k] for k in ("revision", "key_count", "bytes", "sha256", "cluster_id")}}
+
+
+def test_check_takes_a_real_copy_and_refuses_it_edited_to_hold_another_prefixs_key(
+        etcd: Etcd, tmp_path: Path) -> None:
+    for i in range(30):
+        _put(etcd, f"/th/obj-{i:03d}", f"v{i}".encode())
+    _put(etcd, "/th/binary", BINARY)
+    lease = json.loads(etcd.etcdctl("lease", "grant", "600", "-w", "json"))["ID"]
+    _put(etcd, "/th/event", b"leased", f"--lease={lease:x}")
+    _put(etcd, "/tk/own", b"tenant k's")
+    copy = tmp_path / "th-x.tenant"
+    dump = etcd.op(op="dump", prefix="/th/", dest=str(copy), page=7)
+    manifest = tmp_path / "th-x.tenant.manifest.json"
+    manifest.write_text(json.dumps(_manifest_of(dump, "th", "/th/", copy.name)))
+    check = {"op": "check", "src": str(copy), "manifest": str(manifest), "tenant": "th",
+             "source_prefix": "/th/"}
+    ok = etcd.op(**check, prefix="/th/")
+    assert not ok.get("failed") and not ok.get("changed"), ok
+    assert (ok["key_count"], ok["revision"], ok["manifest"]["sha256"]) == (32, dump["revision"], dump["sha256"])
+    assert not etcd.op(**check, prefix="/tk/").get("failed")          # --as tk: the same copy
+
+    # the colleague's edit: a key of tenant tk's prefix added, counts and sha256 recomputed
+    lines = copy.read_text().splitlines()
+    header = json.loads(lines[0])
+    secret = {"key": base64.b64encode(b"/tk/own").decode(), "value": base64.b64encode(b"overwritten").decode(),
+              "create_revision": 2, "mod_revision": 2, "version": 1, "lease": 0}
+    header.update(key_count=header["key_count"] + 1, bytes=header["bytes"] + 18)
+    hostile = tmp_path / "th-y.tenant"
+    hostile.write_text("\n".join([json.dumps(header, sort_keys=True), *lines[1:],
+                                  json.dumps(secret, sort_keys=True)]) + "\n")
+    digest = hashlib.sha256(hostile.read_bytes()).hexdigest()
+    (tmp_path / "th-y.tenant.manifest.json").write_text(json.dumps(
+        {**_manifest_of(dump, "th", "/th/", hostile.name), "sha256": digest,
+         "key_count": header["key_count"], "bytes": header["bytes"]}))
+    refused = etcd.op(**{**check, "src": str(hostile), "manifest": str(tmp_path / "th-y.tenant.manifest.json")},
+                      prefix="/th/")
+    assert refused.get("failed") and "holds a key outside its prefix /th/" in refused["msg"], refused
+
+    # the second line: the replace itself refuses it too, before any transaction
+    before = {p: etcd.get(p) for p in ("/th/", "/tk/")}
+    again = etcd.op(op="replace", prefix="/th/", src=str(hostile), sha256=digest)
+    assert again.get("failed") and again["untouched"] is True and again["committed"] == 0, again
+    assert "outside its prefix /th/" in again["msg"] and again["msg"].endswith("no key was changed")
+    assert {p: etcd.get(p) for p in ("/th/", "/tk/")} == before
+    assert _values(etcd.get("/tk/own")) == {b"/tk/own": b"tenant k's"}

@@ -11,14 +11,18 @@ take it and to write it back. Written back, the keys get new, higher revisions: 
 tenant's key or revision moves.
 
 Run where the tenant's certificate is (its controller: the endpoints and files of k0s.yaml),
-through etcdctl. Callers: roles/k0s_controller tasks tenant_backup.yml and tenant_restore.yml
-(scripts/sandbox backup/restore --tenant). The logic is in plain functions below;
+through etcdctl; ``check`` needs no etcd and runs on the control node before anything stops.
+Callers: roles/k0s_controller tasks tenant_backup.yml, tenant_restore_check.yml and
+tenant_restore.yml (scripts/sandbox backup/restore --tenant). The logic is in plain functions below;
 tests/test_sandbox_etcd_prefix.py runs them and the module on a real etcd.
 
 The copy's format (docs/day2.md, "Tenant operations"): JSON lines; the first is the header
 ``{"format": FORMAT, "prefix", "revision", "cluster_id", "key_count", "bytes"}``, then one
 line per key in key order ``{"key", "value" (base64 of the bytes as stored), "create_revision",
-"mod_revision", "version", "lease"}``.
+"mod_revision", "version", "lease"}``. A copy is read only whole and as a dump writes it
+(:func:`parse_copy`): every key under the header's prefix, once, in order, none changed after
+the header's revision, the counts the header's; ``check`` also holds the header against the
+manifest beside it (docs/hostile-files.md).
 
 A replace of more than one transaction is not atomic: its first transaction also writes the
 key ``<prefix>k0sbox-restore-in-progress`` (what is restored, from which copy, how many
@@ -47,19 +51,25 @@ description:
     copy's prefix (a copy of one tenant written into another's prefix). A second run changes
     nothing.
   - O(op=usage) counts the keys under O(prefix) and their bytes (keys and values) at one revision.
+  - O(op=check) reads the copy O(src) and its O(manifest) without etcd (on the control node, before
+    anything stops) and fails unless the manifest is of O(tenant) and O(source_prefix) with the
+    copy's sha256, the copy's header agrees with it (prefix, revision, cluster ID, keys, bytes),
+    and every key of the copy lies under its prefix, so under O(prefix) once moved there.
 options:
-  op: {description: "The operation.", type: str, required: true, choices: [dump, replace, usage]}
+  op: {description: "The operation.", type: str, required: true, choices: [check, dump, replace, usage]}
   prefix: {description: "The prefix, as kube-apiserver uses it (C(/tenant-a/)).", type: str, required: true}
   etcdctl: {description: "etcdctl (looked up on PATH).", type: str, default: etcdctl}
   run_as: {description: "Argv run before etcdctl, e.g. C(setpriv --reuid=kube-apiserver --regid=0 --clear-groups).", type: list, elements: str, default: []}
-  endpoints: {description: "Client URLs.", type: list, elements: str, required: true}
+  endpoints: {description: "Client URLs (required but for O(op=check)).", type: list, elements: str}
   cacert: {description: "CA file (TLS).", type: str, default: ""}
   cert: {description: "Client certificate (TLS), the tenant's.", type: str, default: ""}
   key: {description: "Client key (TLS).", type: str, default: ""}
   dest: {description: "dump, the file to write.", type: str}
-  src: {description: "replace, the copy to write back.", type: str}
+  src: {description: "replace and check, the copy to write back.", type: str}
   sha256: {description: "replace, the copy's sha256 (its manifest's).", type: str, default: ""}
-  source_prefix: {description: "replace, the copy's own prefix when it differs from O(prefix).", type: str, default: ""}
+  source_prefix: {description: "replace, the copy's own prefix when it differs from O(prefix); check, the prefix of O(tenant).", type: str, default: ""}
+  manifest: {description: "check, the copy's manifest (written beside it by the backup).", type: str}
+  tenant: {description: "check, the tenant the copy must be of.", type: str}
   page: {description: "Keys per range read.", type: int, default: 500}
   max_txn_ops: {description: "Operations per transaction (etcd's --max-txn-ops, 128 by default).", type: int, default: 128}
   max_txn_bytes: {description: "Bytes of keys and values per transaction (below etcd's --max-request-bytes, 1.5 MiB by default).", type: int, default: 1048576}
@@ -95,6 +105,9 @@ put: {description: "replace: keys written.", type: int, returned: replace}
 transactions: {description: "replace: transactions committed.", type: int, returned: replace}
 resumed: {description: "replace: the marker of the interrupted replace this one finished ({} when none).", type: dict, returned: replace}
 restore: {description: "usage: the in-progress marker of an interrupted replace ({} when there is none).", type: dict, returned: usage}
+manifest: {description: "check: the copy's manifest, as checked.", type: dict, returned: check}
+committed: {description: "replace, when it fails: the transactions it had committed.", type: int, returned: failure}
+untouched: {description: "replace, when it fails: true when it failed before it sent a transaction (no key was changed).", type: bool, returned: failure}
 """
 
 import base64
@@ -114,7 +127,12 @@ MARKER = b"k0sbox-restore-in-progress"   # under the prefix: <prefix>k0sbox-rest
 
 
 class PrefixError(Exception):
-    """What went wrong, in one line that says what to do."""
+    """What went wrong, in one line that says what to do; ``committed``: the transactions a
+    failed replace had committed (None: it failed before it sent any, no key was changed)."""
+
+    def __init__(self, msg: str, committed: int | None = None) -> None:
+        super().__init__(msg)
+        self.committed = committed
 
 
 # -- plain functions ---------------------------------------------------------------------------
@@ -208,24 +226,127 @@ def txn_input(batch: list[dict[str, Any]], lease: str) -> str:
     return "\n".join(compares) + "\n\n" + "\n".join(ops) + "\n\n\n"
 
 
+COUNTERS = ("create_revision", "mod_revision", "version", "lease")
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def parse_copy(data: bytes, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The copy's header and records (raw ``key`` and ``value`` bytes), when it is whole and
+    as a dump writes it: JSON lines of ASCII, the header first, then every key under the
+    header's prefix once, in key order, not the in-progress marker, none created or changed
+    after the header's revision; as many keys and bytes as the header says."""
+    try:
+        docs = [json.loads(line) for line in data.decode("ascii").splitlines()]
+    except ValueError as exc:
+        raise PrefixError(f"{name} is not a tenant backup (JSON lines of ASCII expected: {exc})") from None
+    header = docs[0] if docs else None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise PrefixError(f"{name} is not a tenant backup ({FORMAT!r} expected on its first line)")
+    prefix, revision = header.get("prefix"), header.get("revision")
+    if not isinstance(prefix, str) or len(prefix) < 3 or prefix[0] != "/" or prefix[-1] != "/":
+        raise PrefixError(f"{name}: its header's prefix {prefix!r} is not a prefix as "
+                          "kube-apiserver uses it (/<prefix>/)")
+    if not _whole(revision) or not revision:
+        raise PrefixError(f"{name}: its header's revision {revision!r} is not a revision")
+    src, records, last = prefix.encode(), [], b""
+    for line, r in enumerate(docs[1:], start=2):
+        where = f"{name} line {line}"
+        if not (isinstance(r, dict) and isinstance(r.get("key"), str)
+                and isinstance(r.get("value"), str) and all(_whole(r.get(f)) for f in COUNTERS)):
+            raise PrefixError(f"{where} is not a key of a tenant backup (key and value in base64; "
+                              f"{', '.join(COUNTERS)} whole numbers)")
+        try:
+            key, value = (base64.b64decode(r[f], validate=True) for f in ("key", "value"))
+        except ValueError:
+            raise PrefixError(f"{where}: its key or value is not base64") from None
+        if not key.startswith(src) or key == src + MARKER:
+            what = "the in-progress marker, which no copy holds" if key.startswith(src) else \
+                f"outside its prefix {prefix}"
+            raise PrefixError(f"the copy holds a key {what} ({where}: {key[:80]!r}); a backup "
+                              "copies only its tenant's keys")
+        if key <= last:
+            raise PrefixError(f"{where}: the key {key[:80]!r} is out of order or repeated; a "
+                              "backup writes each key once, in key order")
+        if r["mod_revision"] > revision or r["create_revision"] > r["mod_revision"]:
+            raise PrefixError(f"{where}: the key {key[:80]!r} was changed at revision "
+                              f"{r['mod_revision']}, after the copy's revision {revision}")
+        last = key
+        records.append({**r, "key": key, "value": value})
+    count, size = len(records), sum(len(r["key"]) + len(r["value"]) for r in records)
+    if (header.get("key_count"), header.get("bytes")) != (count, size):
+        raise PrefixError(f"{name} holds {count} keys of {size} bytes, its header says "
+                          f"{header.get('key_count')} keys of {header.get('bytes')} bytes: the "
+                          "copy is truncated or was edited")
+    return header, records
+
+
 def read_copy(path: str, sha256: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The copy's header and records (raw bytes), after checking its sha256 and format."""
+    """The copy's header and records (raw bytes), after checking its sha256 and that it is
+    whole (parse_copy)."""
     with open(path, "rb") as f:
         data = f.read()
     digest = hashlib.sha256(data).hexdigest()
     if sha256 and digest != sha256:
         raise PrefixError(f"{os.path.basename(path)} has sha256 {digest}, its manifest says "
-                          f"{sha256}: the copy is damaged or not that one; nothing was changed")
-    lines = data.decode("ascii").splitlines()
-    header = json.loads(lines[0]) if lines else {}
-    if header.get("format") != FORMAT:
-        raise PrefixError(f"{os.path.basename(path)} is not a tenant backup ({FORMAT!r} expected "
-                          "on its first line); nothing was changed")
-    records = [json.loads(line) for line in lines[1:]]
-    if len(records) != header.get("key_count"):
-        raise PrefixError(f"{os.path.basename(path)} holds {len(records)} keys, its header says "
-                          f"{header.get('key_count')}: the copy is truncated; nothing was changed")
-    return header, [{**r, "key": raw(r["key"]), "value": raw(r["value"])} for r in records]
+                          f"{sha256}: the copy is damaged or not that one")
+    return parse_copy(data, os.path.basename(path))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, a whole number also when written as a string (a manifest's fields)."""
+    return str(a) == str(b) if _whole(a) or _whole(b) else a == b
+
+
+def check_copy(src: str, manifest_path: str, tenant: str, source_prefix: str, prefix: str,
+               max_bytes: int) -> dict[str, Any]:
+    """Everything about a copy that can be known without etcd (op ``check``): its manifest
+    is of ``tenant`` and ``source_prefix``, has the copy's sha256 and names a plain file; the
+    copy is whole (parse_copy) and its header says what the manifest says; every key fits one
+    transaction of ``max_bytes`` and lies under ``prefix`` once moved there. A PrefixError
+    names what is wrong."""
+    if not os.path.isfile(src):
+        raise PrefixError("not found")
+    try:
+        with open(manifest_path, "rb") as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        raise PrefixError(f"no manifest beside it ({manifest_path}); give a copy made by "
+                          "backup --tenant") from None
+    except ValueError as exc:
+        raise PrefixError(f"its manifest {os.path.basename(manifest_path)} is not JSON ({exc})") from None
+    kind = manifest.get("manifest") if isinstance(manifest, dict) else None
+    if kind != FORMAT:
+        raise PrefixError(f"not a tenant backup (manifest {kind or 'none'})")
+    if manifest.get("tenant") != tenant:
+        raise PrefixError(f"a copy of tenant {manifest.get('tenant')}, not of {tenant}")
+    if manifest.get("prefix") != source_prefix:
+        raise PrefixError(f"a copy of prefix {manifest.get('prefix')} but tenant {tenant} uses "
+                          f"{source_prefix}")
+    with open(src, "rb") as f:
+        data = f.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if manifest.get("sha256") != digest:
+        raise PrefixError(f"sha256 {digest}, its manifest says {manifest.get('sha256')}: "
+                          "damaged or not that copy")
+    name = manifest.get("file")
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\0" in name:
+        raise PrefixError(f"its manifest's file {name!r} is not a file name; a backup writes "
+                          "the copy's own name there")
+    header, records = parse_copy(data, os.path.basename(src))
+    for field in ("prefix", "revision", "cluster_id", "key_count", "bytes"):
+        if not _same(header.get(field), manifest.get(field)):
+            raise PrefixError(f"its header says {field} {header.get(field)!r}, its manifest "
+                              f"{manifest.get(field)!r}: the copy or its manifest was edited")
+    big = [r["key"] for r in records if len(r["key"]) + len(r["value"]) > max_bytes]
+    if big:
+        raise PrefixError(f"the key {big[0][:80]!r} with its value is more than max_txn_bytes "
+                          f"({max_bytes}) and cannot be written back in one transaction")
+    moved(records, header["prefix"], prefix)
+    return {"changed": False, "manifest": manifest, "sha256": digest, "revision": header["revision"],
+            "key_count": len(records), "bytes": header["bytes"], "cluster_id": header.get("cluster_id", "")}
 
 
 def with_marker(todo: list[list[dict[str, Any]]], marker: bytes, note: dict[str, Any],
@@ -283,7 +404,7 @@ def moved(records: list[dict[str, Any]], source: str, target: str) -> list[dict[
     bad = [r["key"] for r in records if not r["key"].startswith(src)]
     if bad:
         raise PrefixError(f"the copy holds {len(bad)} key(s) outside its prefix {source} "
-                          f"(first {bad[0][:80]!r}); nothing was changed")
+                          f"(first {bad[0][:80]!r})")
     return [{**r, "key": dst + r["key"][len(src):]} for r in records]
 
 
@@ -355,6 +476,12 @@ def cluster_id(header: dict[str, Any]) -> str:
 # -- operations --------------------------------------------------------------------------------
 
 
+def op_check(etcd: Etcdctl | None, p: dict[str, Any], check: bool) -> dict[str, Any]:
+    """Everything about the copy that can be known without etcd (check_copy)."""
+    return check_copy(p["src"], p["manifest"], p["tenant"], p["source_prefix"], p["prefix"],
+                      p["max_txn_bytes"])
+
+
 def op_dump(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
     header, records = etcd.read(p["prefix"], p["page"])
     records, restore = marker_of(records, p["prefix"])
@@ -394,7 +521,7 @@ def op_replace(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
     head, copy = read_copy(p["src"], p["sha256"])
     source = p["source_prefix"] or head["prefix"]
     if source != head["prefix"]:
-        raise PrefixError(f"the copy is of prefix {head['prefix']}, not {source}; nothing was changed")
+        raise PrefixError(f"the copy is of prefix {head['prefix']}, not {source}")
     copy = moved(copy, source, p["prefix"])
     copy, _marker = marker_of(copy, p["prefix"])
     _header, now, left = current(etcd, p)
@@ -412,8 +539,8 @@ def op_replace(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
         for i, batch in enumerate(todo):
             try:
                 resp = etcd.run(["txn"], txn_input(batch, lease))
-            except PrefixError as exc:
-                resp = {"error": str(exc)}
+            except (PrefixError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+                resp = {"error": str(exc) or type(exc).__name__}
             if not resp.get("succeeded"):
                 why = resp.get("error") or (f"a key under {p['prefix']} changed since it was "
                                             "read (is a client still writing there?)")
@@ -421,18 +548,18 @@ def op_replace(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
                     f"transaction {i + 1} of {len(todo)} failed: {why}; {done['transactions']} "
                     f"transaction(s) were committed ({done['deleted']} deleted, {done['put']} "
                     "put), so the prefix is partly restored. Stop what writes there and run "
-                    "the restore again with the same file to finish it")
+                    "the restore again with the same file to finish it", done["transactions"])
             done["transactions"] += 1
             done["deleted"] += sum(op["op"] == "del" and op["key"] != marker for op in batch)
             done["put"] += sum(op["op"] == "put" and op["key"] != marker for op in batch)
     header, after, still = current(etcd, p)
     if not check and still:
         raise PrefixError(f"after {done['transactions']} transaction(s) the in-progress marker "
-                          f"is still there: {interrupted(p['prefix'], still)}")
+                          f"is still there: {interrupted(p['prefix'], still)}", done["transactions"])
     if not check and plan(copy, after):
         raise PrefixError(f"after {done['transactions']} transaction(s) {p['prefix']} still "
                           f"differs from the copy in {len(plan(copy, after))} key(s): a client "
-                          "writes there; stop it and run the restore again")
+                          "writes there; stop it and run the restore again", done["transactions"])
     count, size = len(after), sum(len(r["key"]) + len(r["value"]) for r in after)
     return {"changed": bool(todo), "revision": header["revision"], "key_count": count,
             "bytes": size, "cluster_id": cluster_id(header), **done,
@@ -441,8 +568,8 @@ def op_replace(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
             "resumed": left}
 
 
-OPS: dict[str, Callable[[Etcdctl, dict[str, Any], bool], dict[str, Any]]] = {
-    "dump": op_dump, "replace": op_replace, "usage": op_usage}
+OPS: dict[str, Callable[[Any, dict[str, Any], bool], dict[str, Any]]] = {
+    "check": op_check, "dump": op_dump, "replace": op_replace, "usage": op_usage}
 
 
 def main() -> None:
@@ -452,7 +579,7 @@ def main() -> None:
             "prefix": {"type": "str", "required": True},
             "etcdctl": {"type": "str", "default": "etcdctl"},
             "run_as": {"type": "list", "elements": "str", "default": []},
-            "endpoints": {"type": "list", "elements": "str", "required": True},
+            "endpoints": {"type": "list", "elements": "str"},
             "cacert": {"type": "str", "default": ""},
             "cert": {"type": "str", "default": ""},
             "key": {"type": "str", "default": "", "no_log": False},
@@ -460,13 +587,17 @@ def main() -> None:
             "src": {"type": "str"},
             "sha256": {"type": "str", "default": ""},
             "source_prefix": {"type": "str", "default": ""},
+            "manifest": {"type": "str"},
+            "tenant": {"type": "str"},
             "page": {"type": "int", "default": 500},
             "max_txn_ops": {"type": "int", "default": 128},
             "max_txn_bytes": {"type": "int", "default": 1048576},
             "lease_ttl": {"type": "int", "default": 3600},
             "restore_note": {"type": "dict", "default": {}},
         },
-        required_if=[("op", "dump", ["dest"]), ("op", "replace", ["src"])],
+        required_if=[("op", "dump", ["dest", "endpoints"]), ("op", "replace", ["src", "endpoints"]),
+                     ("op", "usage", ["endpoints"]),
+                     ("op", "check", ["src", "manifest", "tenant", "source_prefix"])],
         supports_check_mode=True,
     )
     p = module.params
@@ -476,11 +607,16 @@ def main() -> None:
     if p["max_txn_ops"] < 2:
         module.fail_json(msg=f"max_txn_ops: {p['max_txn_ops']} leaves no room for the data; give at "
                              "least 2 (one operation is the in-progress marker; etcd's limit is 128)")
-    etcd = Etcdctl(p, module.get_bin_path(p["etcdctl"], required=True, opt_dirs=["/usr/local/bin"]))
+    etcd = None if p["op"] == "check" else \
+        Etcdctl(p, module.get_bin_path(p["etcdctl"], required=True, opt_dirs=["/usr/local/bin"]))
     try:
         result = OPS[p["op"]](etcd, p, module.check_mode)
     except (PrefixError, OSError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
-        module.fail_json(msg=f"{p['op']} {p['prefix']}: {exc}")
+        # check: the reason alone (the caller names the file); replace: whether keys changed
+        committed = getattr(exc, "committed", None)
+        untouched = "; no key was changed" if p["op"] == "replace" and committed is None else ""
+        module.fail_json(msg=str(exc) if p["op"] == "check" else f"{p['op']} {p['prefix']}: {exc}{untouched}",
+                         committed=committed or 0, untouched=committed is None)
     module.exit_json(**result)
 
 

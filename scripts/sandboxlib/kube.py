@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -61,8 +62,15 @@ def pick_tenant(topo: Topology, name: str | None, command: str) -> Tenant:
 
 
 def existing_kubeconfig(topo: Topology, tenant: Tenant, command: str) -> Path:
-    """The tenant's kubeconfig, or a Failure saying how to get one."""
+    """The tenant's kubeconfig, or a Failure saying how to get one. Never through a symbolic
+    link: ``up`` writes a file there (it replaces a link, never writes through one), so a link
+    was put there by hand and may name another cluster's kubeconfig, which ``kubectl`` would
+    then act on."""
     path = kubeconfig_path(topo, tenant.name)
+    if path.is_symlink():
+        raise Failure(f"{command}: {_display(path)} is a symbolic link to {os.readlink(path)}, "
+                      f"not the kubeconfig scripts/sandbox up writes for tenant {tenant.name}: "
+                      "remove the link and run scripts/sandbox up, which writes the file there")
     if path.is_file():
         return path.resolve()
     raise Failure(f"{command}: no kubeconfig for tenant {tenant.name} yet "
@@ -148,7 +156,8 @@ def cmd_kubeconfig(args: argparse.Namespace) -> int:
     sb = resolve(args)
     tenant = pick_tenant(sb.topo, args.tenant, "kubeconfig")
     path = existing_kubeconfig(sb.topo, tenant, "kubeconfig")
-    print(f"export KUBECONFIG={path}" if args.export else str(path))
+    # quoted for the shell that evaluates it (a state directory may hold spaces or $(...))
+    print(f"export KUBECONFIG={shlex.quote(str(path))}" if args.export else str(path))
     return 0
 
 

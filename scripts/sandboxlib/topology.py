@@ -30,6 +30,35 @@ TOP_KEYS = {"plugin", "name", "description", "tls", "allow_even_etcd", "networks
 NODE_KEYS = {"name", "groups", "host", "addresses", "memory", "cpus", "vars"}
 TENANT_KEYS = {"name", "prefix", "controllers", "vars", "max_bytes"}
 
+# Variables a topology's ``vars`` (its own or a node's) may not set, each with where its
+# value comes from. inventory.build derives these from the topology's own fields: set in vars
+# they pointed the sandbox at another one (``sandbox_name``/``sandbox_state_dir`` of another
+# sandbox made ``down`` remove its nodes; ``k0s_tenant`` on a node took another tenant's
+# certificate; ``k0s_tenants`` skipped the tenant rules of this file).
+DERIVED_VARS = {
+    "sandbox_name": "the topology's name", "sandbox_backend": "--backend or SANDBOX_BACKEND",
+    "sandbox_state_dir": "SANDBOX_STATE_DIR (or .sandbox/) and the topology's name",
+    "pki_dir": "the state directory (<state>/pki)",
+    "sandbox_topology_file": "the topology file's path", "sandbox_network": "networks",
+    "sandbox_nodes": "nodes", "etcd_tls": "tls", "etcd_allow_even": "allow_even_etcd",
+    "k0s_tenants": "tenants", "node_address": "the node's host or addresses",
+    "sandbox_container": "the topology's and the node's names",
+    "k0s_tenant": "the controllers of tenants",
+}
+# A day-2 command's inputs (the options of its argument-spec entry point; down's
+# sandbox_nodes_state): given on its command line for one run, never standing in a topology,
+# where etcd_restore_foreign or k0s_restore_force gave every later restore that consent.
+# tests/test_hostile_files.py keeps this list equal to the entry points' options.
+COMMAND_INPUTS = frozenset({
+    "etcd_backup_dir", "etcd_backup_member", "etcd_backup_stamp", "etcd_defrag_compact",
+    "etcd_remove_members", "etcd_replace_force", "etcd_replace_member", "etcd_restore_file",
+    "etcd_restore_foreign", "etcd_restore_keep_old", "etcd_takeover_file",
+    "etcd_takeover_replace_all", "etcd_takeover_tenant", "etcd_upgrade_to", "reset_pki",
+    "reset_tenant", "k0s_backup_dir", "k0s_backup_stamp", "k0s_backup_tenant", "k0s_restore_as",
+    "k0s_restore_file", "k0s_restore_force", "k0s_restore_tenant", "k0s_restore_txn_ops",
+    "sandbox_nodes_state",
+})
+
 
 class TopologyError(ValueError):
     """A topology file is invalid; the message names the field and how to fix it."""
@@ -105,6 +134,24 @@ def _require(cond: bool, msg: str) -> None:
         raise TopologyError(msg)
 
 
+def _own_vars(where: str, variables: dict[str, Any]) -> None:
+    """Refuse a variable of DERIVED_VARS, COMMAND_INPUTS or Ansible's connection (ansible_*)
+    in a topology's or a node's ``vars``, naming it and what to change instead."""
+    for key in sorted(map(str, variables)):
+        if key in DERIVED_VARS:
+            raise TopologyError(f"{where}.{key}: the topology sets it from "
+                                f"{DERIVED_VARS[key]}; change that instead (in vars it would "
+                                "point this sandbox at another sandbox's nodes or files)")
+        if key in COMMAND_INPUTS:
+            raise TopologyError(f"{where}.{key}: an input of a day-2 command, given on its "
+                                "command line for one run (scripts/sandbox <command> --help), "
+                                "not in a topology; remove it from vars")
+        if key.startswith("ansible_"):
+            raise TopologyError(f"{where}.{key}: how Ansible reaches the nodes is the "
+                                "backend's (SSH with the sandbox's own key); remove it, or for "
+                                "your own hosts write a plain inventory (inventories/example/)")
+
+
 def _unknown_keys(where: str, data: dict[str, Any], allowed: set[str]) -> None:
     extra = sorted(set(data) - allowed)
     _require(not extra, f"{where}: unknown key(s) {', '.join(extra)}; "
@@ -173,6 +220,7 @@ def _parse_node(i: int, raw: Any, nets: dict[str, ipaddress.IPv4Network]) -> Nod
                  f"{where}.{key}: a positive integer")
     nvars = raw.get("vars") or {}
     _require(isinstance(nvars, dict), f"{where}.vars: a mapping of variables")
+    _own_vars(f"{where}.vars", nvars)
     return Node(name=name, groups=tuple(groups), addresses=addresses,
                 memory=raw.get("memory"), cpus=raw.get("cpus"), vars=nvars)
 
@@ -274,6 +322,7 @@ def parse(data: Any, path: Path) -> Topology:
                                     f"{{lb_tenant: {t.name}}} (or one without lb_tenant)")
     tvars = data.get("vars") or {}
     _require(isinstance(tvars, dict), "vars: a mapping of variables for every node")
+    _own_vars("vars", tvars)
     vagrant = data.get("vagrant") or {}
     _require(isinstance(vagrant, dict), "vagrant: a mapping (box, memory, cpus)")
     return Topology(name=name, path=path, tls=tls, networks=nets, nodes=tuple(nodes),
