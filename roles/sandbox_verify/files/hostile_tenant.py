@@ -390,7 +390,7 @@ def run_phases(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _phases(suite: Suite, spec: dict[str, Any]) -> dict[str, Any]:
-    _, client = sh([suite.ctl[0], "version"])
+    client = sh([suite.ctl[0], "version"])[1]
     result: dict[str, Any] = {"tenant": suite.tenant, "client": " ".join(client.split()),
                               "phases": []}
     result["phases"].append({"phase": "normal", "attempts": [suite.attempt(a) for a in suite.attempts("normal")]})
