@@ -30,7 +30,7 @@ from conftest import free_ports
 REPO = Path(__file__).resolve().parents[1]
 FILES = REPO / "roles" / "sandbox_verify" / "files"
 QUOTA = 8 * 1024 * 1024
-TENANTS = {"tenant-a": "/tenant-a/", "tenant-b": "/tenant-b/"}
+TENANTS = {"tenant-a": "/tenant-a/", "tenant-b": "/tenant-b/", "tenant-c": "/tenant-c/"}
 
 
 def _pki(d: Path) -> None:
@@ -64,7 +64,8 @@ def _pki(d: Path) -> None:
     import ipaddress
 
     for i, (name, cn) in enumerate([("member", "etcd-member"), ("root", "root"),
-                                    ("tenant-a", "tenant-a"), ("tenant-b", "tenant-b")], start=2):
+                                    ("tenant-a", "tenant-a"), ("tenant-b", "tenant-b"),
+                                    ("tenant-c", "tenant-c")], start=2):
         k = key()
         cert = (x509.CertificateBuilder()
                 .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
@@ -215,7 +216,7 @@ def test_the_patched_build_refuses_every_attempt_nospace_or_not(patched: Member)
         assert out["write kube-apiserver's compaction key"] == "refused"
     assert _outcomes(attack, "nospace")["disarm the alarms"] == "refused"
     assert done["auth"] == "on" and done["changed"] == {}, done
-    assert done["kept"] == {"tenant-a": 3, "tenant-b": 3}
+    assert done["kept"] == {"tenant-a": 3, "tenant-b": 3, "tenant-c": 3}
     assert done["healthy"] and done["alarms"] == "", done
     assert any("defragmented" in r for r in done["recovered"]), done
 
@@ -279,3 +280,33 @@ def test_an_etcdctl_without_a_command_sends_nothing_and_says_so(patched: Member,
     assert out["read the auth status"] == "n/a"
     assert [n for n, o in out.items() if o == "succeeded"] == []
     assert out["disable auth"] == "refused"
+
+
+def test_every_tenant_at_once_as_verify_runs_them(patched: Member) -> None:
+    """verify makes every tenant's attempts at the same time, each against all the others:
+    none may find a target another tenant's attempt used up (each revokes a lease with no key
+    of its own), none is let through, nothing changes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tenants = [{"name": n, "prefix": p} for n, p in TENANTS.items()]
+    prep = _script("hostile_admin.py", {"op": "prepare", "etcdctl": patched.ctl("root"),
+                                        "tenants": tenants})
+
+    def one(name: str) -> dict[str, Any]:
+        return _script("hostile_tenant.py", {
+            "etcdctl": patched.ctl(name), "tenant": name, "prefix": TENANTS[name],
+            "ca": f"{patched.tmp}/ca.crt", "cert": f"{patched.tmp}/{name}.crt",
+            "key": f"{patched.tmp}/{name}.key",
+            "victims": [t for n, t in prep["targets"].items() if n != name],
+            "members": [{"name": "m1", "client_url": patched.client, "peer_url": patched.peer}],
+            "metrics": [patched.metrics], "compact_rev_key": "read", "mode": "quick"})
+
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(one, TENANTS))
+    done = _script("hostile_admin.py", {"op": "finish", "etcdctl": patched.ctl("root"),
+                                        "targets": prep["targets"], "keys": prep["keys"]})
+    for result in results:
+        out = _outcomes(result, "normal")
+        assert [n for n, o in out.items() if o in ("succeeded", "error")] == [], result
+        assert out["revoke another tenant's lease with no key attached"] == "allowed"
+    assert done["changed"] == {} and done["auth"] == "on", done

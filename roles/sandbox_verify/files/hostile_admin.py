@@ -8,10 +8,12 @@ usage: hostile_admin.py SPEC   (SPEC = base64 of a JSON object; stdlib only)
   etcdctl: argv of etcdctl as the admin
   tenants: [{name, prefix}]  (prefix as kube-apiserver uses it: "/<prefix>/")
 prepare: for each tenant a key under its prefix with a lease attached (the other tenants try
-  to read, delete and revoke them, as its API server's own), and a lease with no key attached;
+  to read, delete and revoke them, as its API server's own), and a lease with no key attached
+  for each other tenant to revoke;
   each tenant's keys as they are (key, create and mod revision, version, lease, sha256 of the
-  value). Prints {"targets": {tenant: {prefix, key, lease, empty_lease}}, "keys": {tenant:
-  [[key, create, mod, version, lease, sha256], ...]}}.
+  value). Prints {"targets": {tenant: {...}}, "keys": {tenant:
+  [[key, create, mod, version, lease, sha256], ...]}}; a target: {tenant, prefix, key, lease,
+  empty_leases: {attacking tenant: lease}}.
 finish (also: targets, keys from prepare; fill_prefixes: the attackers' fill prefixes):
   - auth as the attempts left it (read before anything is repaired);
   - NOSPACE undone: the fill keys deleted, the keyspace compacted to the current revision,
@@ -85,8 +87,11 @@ def prepare(a: Admin, spec: dict[str, Any]) -> dict[str, Any]:
         lease = a.lease()
         key = f"{t['prefix']}{WORK}canary"
         a.must("put", key, "a key of this tenant's, with a lease attached", f"--lease={lease}")
+        # one lease with no key per attacking tenant: each tenant's attempts revoke their own
+        # (verify runs every tenant's at once)
+        empty = {o["name"]: a.lease() for o in spec["tenants"] if o["name"] != t["name"]}
         targets[t["name"]] = {"tenant": t["name"], "prefix": t["prefix"], "key": key,
-                              "lease": lease, "empty_lease": a.lease()}
+                              "lease": lease, "empty_leases": empty}
         keys[t["name"]] = a.keys(t["prefix"])
     return {"targets": targets, "keys": keys}
 
@@ -126,7 +131,7 @@ def finish(a: Admin, spec: dict[str, Any]) -> dict[str, Any]:
                                        else f"member remove {mid}: {out[-200:]}")
     changed: dict[str, list[str]] = {}
     for name, target in (spec.get("targets") or {}).items():
-        for lease in (target["lease"], target["empty_lease"]):
+        for lease in [target["lease"], *(target.get("empty_leases") or {}).values()]:
             a.run("lease", "revoke", lease)   # gone already when an attempt revoked it
         a.run("del", "--prefix", target["prefix"] + WORK)
         before = {k[0]: k for k in spec.get("keys", {}).get(name, [])}

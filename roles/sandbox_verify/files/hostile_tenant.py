@@ -6,9 +6,10 @@ key (its etcd user, confined by etcd RBAC to its prefix), and the network.
 usage: hostile_tenant.py SPEC   (SPEC = base64 of a JSON object; stdlib only)
   etcdctl:   argv of etcdctl as the tenant (endpoints and its files)
   tenant:    its name (= its etcd user and role); prefix: "/<prefix>/"
-  victims:   [{tenant, prefix, key, lease, empty_lease}]: the other tenants, each with a key
+  victims:   [{tenant, prefix, key, lease, empty_leases}]: the other tenants, each with a key
              under its prefix and a lease with that key attached (made by the admin as the
-             tenant's API server makes its own), and a lease with no key attached
+             tenant's API server makes its own), and per attacking tenant a lease with no key
+             attached (empty_leases[tenant])
   members:   [{name, client_url, peer_url}] (the member list is read by the suite too)
   ca, cert, key: the tenant's files (for the attempts made without etcdctl)
   metrics:   ["http://<member>:2381", ...] the members' metrics listeners ("" = none)
@@ -212,6 +213,7 @@ class Suite:
         also = (NOSPACE,) if nospace else ()
         for v in self.victims:
             vp, vk, vt = v["prefix"], v["key"], v["tenant"]
+            empty = (v.get("empty_leases") or {}).get(self.tenant) or v.get("empty_lease", "0")
             out += [
                 Attempt("read another tenant's key", vk, self.e("get", vk)),
                 Attempt("list another tenant's prefix", vp, self.e("get", "--prefix", "--keys-only", vp)),
@@ -239,8 +241,8 @@ class Suite:
                 Attempt("the TTL of another tenant's lease", f"lease {v['lease']}",
                         self.e("lease", "timetolive", v["lease"]),
                         either="etcd answers a lease's TTL (not its keys) to any user"),
-                Attempt("revoke another tenant's lease with no key attached", f"lease {v['empty_lease']}",
-                        self.e("lease", "revoke", v["empty_lease"]),
+                Attempt("revoke another tenant's lease with no key attached", f"lease {empty}",
+                        self.e("lease", "revoke", empty),
                         allowed="etcd checks a revoke against the keys attached to the lease: "
                                 "one with none is anyone's to revoke",
                         na="revoked in the first phase already" if nospace else ""),
