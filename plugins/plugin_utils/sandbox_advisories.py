@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -30,7 +30,6 @@ class Advisory:
     url: str
     # a configuration it needs that the sandbox never sets ("" = none: always relevant)
     needs: str = ""
-    aliases: tuple[str, ...] = field(default=())
 
 
 ADVISORIES: tuple[Advisory, ...] = (

@@ -51,13 +51,20 @@ def k0s_defaults() -> dict[str, Any]:
     return yaml.load(K0S_DEFAULTS.read_text(), Loader=loader) or {}
 
 
-def k0s_setting(topo: Topology, extra: dict[str, Any], name: str) -> str:
+def role_setting(topo: Topology, extra: dict[str, Any], name: str,
+                 defaults: dict[str, Any]) -> str:
+    """A role variable as the run sees it: --set, the topology, the role's ``defaults`` (''
+    for a default the CLI cannot evaluate, a template)."""
     if name in extra:
         return str(extra[name] or "")
     if name in topo.vars:
         return str(topo.vars[name] or "")
-    value = str(k0s_defaults().get(name, "") or "")
+    value = str(defaults.get(name, "") or "")
     return "" if "{{" in value else value
+
+
+def k0s_setting(topo: Topology, extra: dict[str, Any], name: str) -> str:
+    return role_setting(topo, extra, name, k0s_defaults())
 
 
 def is_test_double(path: Path) -> bool:

@@ -93,6 +93,8 @@ def cmd_attack(args: argparse.Namespace) -> int:
     if not data.get("passed"):
         raise Failure(f"tenant {args.tenant} got past its confinement or changed another "
                       f"tenant's keys (see above; {report.display_path(path)})")
+    if failed:   # the report passed, a later step did not (the RBAC reconcile, say)
+        raise failed
     return 0
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .apiserver import build
+from .apiserver import build, role_setting
 from .progress import Screen, step
 from .topology import REPO_ROOT, Topology
 
@@ -36,10 +36,7 @@ def etcd_defaults() -> dict[str, Any]:
 
 def setting(topo: Topology, extra: dict[str, Any], name: str) -> str:
     """An etcd role variable as the run sees it: --set, the topology, the role's default."""
-    for source in (extra, topo.vars):
-        if name in source:
-            return str(source[name] or "")
-    return str(etcd_defaults().get(name, "") or "")
+    return role_setting(topo, extra, name, etcd_defaults())
 
 
 @functools.cache

@@ -14,10 +14,11 @@ prepare: for each tenant a key under its prefix with a lease attached (the other
   value). Prints {"targets": {tenant: {...}}, "keys": {tenant:
   [[key, create, mod, version, lease, sha256], ...]}}; a target: {tenant, prefix, key, lease,
   empty_leases: {attacking tenant: lease}}.
-finish (also: targets, keys from prepare; fill_prefixes: the attackers' fill prefixes):
+finish (also: targets, keys from prepare; recovered: what the caller undid before, said again
+  in the result). The caller deletes the attempts' fill and undoes NOSPACE first, as
+  `scripts/sandbox defrag --compact` does (roles/etcd/tasks/defrag.yml; sandbox_verify's
+  tasks/attack_finish.yml); then:
   - auth as the attempts left it (read before anything is repaired);
-  - NOSPACE undone: the fill keys deleted, the keyspace compacted to the current revision,
-    every member defragmented, the alarms disarmed;
   - a member the attempts added (k0sbox-attack) removed;
   - the suite's keys and leases removed, then each tenant's keys compared with prepare's;
   - the cluster's health and the alarms after.
@@ -104,24 +105,11 @@ def auth_state(a: Admin) -> str:
 
 
 def finish(a: Admin, spec: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = {"auth": auth_state(a), "recovered": [], "detail": []}
+    result: dict[str, Any] = {"auth": auth_state(a), "recovered": list(spec.get("recovered") or []),
+                              "detail": []}
     if result["auth"] == "off":
         # Everything below needs the admin's rights only; the reconcile turns auth on again.
         result["detail"].append("auth was off after the attempts")
-    for prefix in spec.get("fill_prefixes", []):
-        rc, out = a.run("del", "--prefix", prefix)
-        if rc == 0 and out.strip() not in ("", "0"):
-            result["recovered"].append(f"{out.strip()} fill keys under {prefix} deleted")
-    rc, alarms = a.run("alarm", "list")
-    if "NOSPACE" in alarms:
-        status = a.json("endpoint", "status")
-        rev = max(int(s["Status"]["header"]["revision"]) for s in status)
-        rc, out = a.run("compaction", str(rev), "--physical")
-        result["recovered"].append(f"compacted to revision {rev}" if rc == 0 else f"compaction: {out[-200:]}")
-        rc, out = a.run("defrag", "--cluster", timeout=300)
-        result["recovered"].append("every member defragmented" if rc == 0 else f"defrag: {out[-200:]}")
-        rc, out = a.run("alarm", "disarm")
-        result["recovered"].append("alarms disarmed" if rc == 0 else f"alarm disarm: {out[-200:]}")
     members = a.json("member", "list").get("members") or []
     for m in members:
         if m.get("name") == "k0sbox-attack" or any("192.0.2.1" in u for u in m.get("peerURLs") or []):
