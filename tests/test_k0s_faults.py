@@ -7,6 +7,11 @@ b) a prefix or endpoint change where k0s runs is refused, naming the way forward
 c) a tenant's first start over a prefix holding data is refused unless it is a takeover.
 d) a takeover's old CA and service-account keys must all be there.
 e) install flags that break the sandbox, and extraArgs etcd-servers, are refused.
+
+Fault 3 of issue 36 widens e: spec.api.rawArgs naming an etcd flag k0s sets itself (and
+extraArgs naming etcd-prefix or a TLS file flag), `--init-only`, and `--disable-components`
+naming coredns or applier-manager are refused too. The role's k0s_version and
+k0s_join_token_expiry rules are tests/test_k0s_input_rules.py's.
 """
 
 from __future__ import annotations
@@ -100,12 +105,32 @@ def test_d_takeover_keys_must_all_be_there() -> None:
     (["--disable-components=control-api"], ("disables control-api, which serves the controller "
                                            "join API (9443)")),
     (["--disable-components", "konnectivity-server,control-api"], "disables control-api"),
-])
+    (["--init-only"], ("'--init-only' is refused: `k0s controller --init-only` initialises its "
+                       "components and exits (cmd/controller/controller.go:133-135, 444-446)")),
+    (["--debug", "--init-only=true"], "'--init-only=true' is refused"),
+    (["--disable-components=coredns"], ("disables coredns, which writes CoreDNS's manifests for "
+                                        "the applier manager to apply")),
+    (["--disable-components", "metrics-server, coredns"], "disables coredns"),
+    (["--disable-components=applier-manager"], ("disables applier-manager, which applies the "
+                                                "manifests under /var/lib/k0s/manifests")),
+], ids=["single", "dynamic-config", "status-socket=", "status-socket", "control-api",
+        "control-api-listed", "init-only", "init-only=true", "coredns", "coredns-listed",
+        "applier-manager"])
 def test_e_install_flags_that_break_the_sandbox_are_refused(flags: list[str],
                                                             fragment: str) -> None:
     errors = install.k0s_install_flag_errors(flags)
     assert len(errors) == 1 and fragment in errors[0], errors
-    assert errors[0].endswith("remove it") or "leave control-api out" in errors[0]
+    assert errors[0].endswith("remove it") or "out of --disable-components" in errors[0]
+
+
+def test_e_without_coredns_the_role_s_check_could_never_pass() -> None:
+    """The reason names the key tasks/checks.yml waits for, which never appears."""
+    errors = install.k0s_install_flag_errors(["--disable-components=applier-manager,coredns"])
+    assert len(errors) == 2, errors
+    assert all("services/specs/kube-system/kube-dns" in e and "tasks/checks.yml" in e
+               for e in errors), errors
+    checks = (REPO / "roles" / "k0s_controller" / "tasks" / "checks.yml").read_text()
+    assert "'services/specs/kube-system/kube-dns'" in checks
 
 
 def test_e_other_disabled_components_pass() -> None:
@@ -121,6 +146,43 @@ def test_e_extra_args_etcd_servers_is_refused_as_appended_not_overriding() -> No
     assert errors[0].startswith("spec.api.extraArgs.etcd-servers: k0s adds its own "
                                 "--etcd-servers")
     assert "APPENDED to k0s's endpoints, not override them" in errors[0]
+
+
+@pytest.mark.parametrize(("raw", "fragment"), [
+    (["--etcd-servers=https://10.9.9.9:2379"],
+     ("spec.api.rawArgs[0] ('--etcd-servers=https://10.9.9.9:2379'): k0s adds its own "
+     "--etcd-servers")),
+    (["--v=2", "--etcd-servers", "https://10.9.9.9:2379"],
+     "spec.api.rawArgs[1] ('--etcd-servers' and the value after it): k0s adds its own"),
+    (["--etcd-prefix=/other"], ("rawArgs[0] ('--etcd-prefix=/other'): k0s adds its own "
+                               "--etcd-prefix (the external cluster's etcdPrefix)")),
+    (["--etcd_prefix=/other"], "k0s adds its own --etcd-prefix"),
+    (["--etcd-cafile=/tmp/ca.crt"], "k0s adds its own --etcd-cafile (externalCluster.caFile)"),
+    (["--etcd-certfile=/tmp/c.crt"], "--etcd-certfile (externalCluster.clientCertFile)"),
+    (["--etcd-keyfile=/tmp/c.key"], "--etcd-keyfile (externalCluster.clientKeyFile)"),
+], ids=["servers=", "servers-value-after", "prefix", "prefix-underscore", "cafile", "certfile",
+        "keyfile"])
+def test_e_raw_args_etcd_flags_k0s_sets_are_refused(raw: list[str], fragment: str) -> None:
+    """k0s appends rawArgs (a list of strings) after extraArgs and its own etcd flags after
+    both (apiserver.go:218-238): a list flag gets appended to, a single-value one is k0s's."""
+    errors = config.k0s_spec_errors({"spec": {"api": {"address": "10.0.0.21", "rawArgs": raw}}})
+    assert len(errors) == 1 and fragment in errors[0], errors
+    assert "apiserver.go:140-145, 218-238); remove it" in errors[0]
+
+
+@pytest.mark.parametrize("flag", ["etcd-prefix", "etcd-cafile", "etcd-certfile", "etcd-keyfile"])
+def test_e_extra_args_single_value_etcd_flags_are_refused_as_having_no_effect(flag: str) -> None:
+    cfg = {"spec": {"api": {"address": "10.0.0.21", "extraArgs": {flag: "/x"}}}}
+    errors = config.k0s_spec_errors(cfg)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"spec.api.extraArgs.{flag}: k0s adds its own --{flag}")
+    assert "a single-value flag takes its last value, k0s's" in errors[0]
+
+
+def test_e_raw_args_k0s_does_not_set_pass() -> None:
+    raw = ["--etcd-compaction-interval=0", "--etcd-healthcheck-timeout", "3s", "--v=2",
+           "etcd-servers"]   # an element without "--" names no flag (a value)
+    assert config.k0s_spec_errors({"spec": {"api": {"address": "10.0.0.21", "rawArgs": raw}}}) == []
 
 
 # --- the same refusals through playbooks/validate.yml, before any node ----------------------
@@ -151,11 +213,20 @@ def _validate(tmp_path: Path, extra: dict[str, Any],
     ({"k0s_spec_extra": {"api": {"extraArgs": {"etcd-servers": "https://10.9.9.9:2379"}}}},
      "c1: spec.api.extraArgs.etcd-servers: k0s adds its own --etcd-servers"),
     ({"k0s_join_token_expiry": "soon"}, "k0s_join_token_expiry: 'soon' is not a duration"),
+    ({"k0s_join_token_expiry": "0m0s"},
+     "k0s_join_token_expiry: '0m0s' makes a join token that never expires"),
+    ({"k0s_version": "../../etc"}, "k0s_version: '../../etc' is not a k0s release tag"),
+    ({"k0s_spec_extra": {"api": {"rawArgs": ["--etcd-prefix=/other"]}}},
+     "c1: spec.api.rawArgs[0] ('--etcd-prefix=/other'): k0s adds its own --etcd-prefix"),
+    ({"k0s_install_extra_flags": ["--init-only"]}, "'--init-only' is refused"),
+    ({"k0s_install_extra_flags": ["--disable-components=coredns"]}, "disables coredns"),
     ({"k0s_takeover_pki_dir": "/nonexistent/old-pki"},
      "k0s_takeover_pki_dir: /nonexistent/old-pki lacks ca.crt, ca.key, sa.key, sa.pub"),
     ({"k0s_binary": str(DOUBLE)}, (f"K0S_BINARY / k0s_binary: '{DOUBLE}' is the project's k0s "
                                   "test double (not k0s)")),
-], ids=["single", "control-api", "etcd-servers", "token-expiry", "takeover-pki", "test-double"])
+], ids=["single", "control-api", "etcd-servers", "token-expiry", "token-never-expires",
+        "k0s-version", "raw-args-etcd-prefix", "init-only", "disable-coredns", "takeover-pki",
+        "test-double"])
 def test_refused_by_validate_before_any_node(tmp_path: Path, extra: dict[str, Any],
                                              message: str) -> None:
     rc, output = _validate(tmp_path, extra)

@@ -13,6 +13,9 @@ with `unknown field "KEY"`; only "interval" and "podSecurityPolicy" are let thro
 internal/pkg/strictyaml), but spec.api and spec.storage have their own UnmarshalJSON with a
 plain json.Unmarshal, which drops unknown keys silently (golang/go#41144): a misspelt
 `externalAdress` would simply have no effect. The sandbox rejects both.
+
+``k0s_input_errors`` checks the role's ``k0s_version`` and ``k0s_join_token_expiry`` by the
+rules of plugins/plugin_utils/k0s_inputs.py, which ``scripts/sandbox up`` applies too.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ import difflib
 import ipaddress
 import re
 from typing import Any
+
+from ansible_collections.k0sbox.external_etcd.plugins.plugin_utils.k0s_inputs import (
+    k0s_input_errors,
+)
 
 K0S_ENDPOINTS_EMPTY = "spec.storage.etcd.externalCluster.endpoints cannot be null or empty"
 K0S_ENDPOINTS_EMPTY_STRING = (
@@ -42,6 +49,22 @@ API_SPEC_KEYS = ("address", "onlyBindToAddress", "externalAddress", "extraArgs",
 STORAGE_SPEC_KEYS = ("type", "etcd", "kine")
 ETCD_CONFIG_KEYS = ("externalCluster", "peerAddress", "extraArgs", "rawArgs", "ca")
 EXTERNAL_CLUSTER_KEYS = ("endpoints", "etcdPrefix", *TLS_KEYS)
+
+
+# kube-apiserver flags k0s derives from spec.storage itself (apiserver.go getEtcdArgs,
+# 329-355): name -> (what k0s passes, where the sandbox's value comes from). Refused in
+# spec.api.extraArgs and spec.api.rawArgs.
+_TLS_FROM = ("the TLS files come from the PKI (externalCluster caFile, clientCertFile, "
+             "clientKeyFile; etcd_tls)")
+K0S_ETCD_FLAGS = {
+    "etcd-servers": ("the external cluster's endpoints",
+                     "the endpoints come from the etcd group (or k0s_etcd_endpoints_override)"),
+    "etcd-prefix": ("the external cluster's etcdPrefix",
+                    "the prefix is the tenant's (k0s_tenants prefix)"),
+    "etcd-cafile": ("externalCluster.caFile", _TLS_FROM),
+    "etcd-certfile": ("externalCluster.clientCertFile", _TLS_FROM),
+    "etcd-keyfile": ("externalCluster.clientKeyFile", _TLS_FROM),
+}
 
 
 def k0s_external_cluster_errors(config: dict[str, Any]) -> list[str]:
@@ -208,14 +231,15 @@ def _api_errors(api: Any) -> list[str]:
                         f"spec.api.sans[{i}]: '{san}' is neither an IP address nor a DNS name "
                         "(k0s: invalid IP address / DNS name); fix or remove it in k0s_spec_extra")
     errors += _string_map("spec.api.extraArgs", api.get("extraArgs"), "kube-apiserver")
-    if isinstance(api.get("extraArgs"), dict) and "etcd-servers" in api["extraArgs"]:
-        errors.append(
-            "spec.api.extraArgs.etcd-servers: k0s adds its own --etcd-servers (the external "
-            "cluster's endpoints) after extraArgs, and --etcd-servers is a list flag, so this "
-            "value would be APPENDED to k0s's endpoints, not override them (k0s v1.36 "
-            "pkg/component/controller/apiserver.go:140-145, 218-238); remove it: the endpoints "
-            "come from the etcd group (or k0s_etcd_endpoints_override)")
+    if isinstance(api.get("extraArgs"), dict):
+        errors += [_k0s_etcd_flag_error(f"spec.api.extraArgs.{k}", _flag_name(str(k)))
+                   for k in api["extraArgs"] if _flag_name(str(k)) in K0S_ETCD_FLAGS]
     errors += _string_list("spec.api.rawArgs", api.get("rawArgs"))
+    for i, arg in enumerate(api.get("rawArgs") if isinstance(api.get("rawArgs"), list) else []):
+        if isinstance(arg, str) and _flag_name(arg, raw=True) in K0S_ETCD_FLAGS:
+            value = "" if "=" in arg else " and the value after it"
+            errors.append(_k0s_etcd_flag_error(f"spec.api.rawArgs[{i}] ('{arg}'{value})",
+                                               _flag_name(arg, raw=True)))
     if "onlyBindToAddress" in api and not isinstance(api["onlyBindToAddress"], bool):
         errors.append(f"spec.api.onlyBindToAddress: '{api['onlyBindToAddress']}' is not a "
                       "boolean; give true or false")
@@ -223,6 +247,37 @@ def _api_errors(api: Any) -> list[str]:
         if port in api:
             errors += _port_errors(f"spec.api.{port}", api[port])
     return errors
+
+
+def _flag_name(arg: str, raw: bool = False) -> str:
+    """The flag an extraArgs key ("etcd_prefix") or a rawArgs element (``raw``: "--etcd-prefix=/x"
+    or "--etcd-prefix" before its value; an element without "--" names none) names, as
+    kube-apiserver reads it: '_' as '-' (component-base's WordSepNormalizeFunc)."""
+    if raw:
+        if not arg.startswith("--"):
+            return ""
+        arg = arg[2:]
+    return arg.split("=", 1)[0].replace("_", "-")
+
+
+def _k0s_etcd_flag_error(where: str, name: str) -> str:
+    """The refusal of a kube-apiserver etcd flag k0s sets itself, given in extraArgs or rawArgs:
+    k0s puts extraArgs into kube-apiserver's flags, appends rawArgs (a list of strings, one
+    argument each) after them, then appends its own etcd flags (k0s v1.36
+    pkg/component/controller/apiserver.go:140-145, 218-238; getEtcdArgs: 329-355)."""
+    if name == "etcd-servers":
+        effect = ("--etcd-servers is a list flag, so this value would be APPENDED to k0s's "
+                  "endpoints, not override them")
+    elif name == "etcd-prefix":
+        effect = ("a single-value flag takes its last value, k0s's, so this one would silently "
+                  "have no effect")
+    else:
+        effect = ("a single-value flag takes its last value, k0s's (passed when the external "
+                  "cluster has TLS files), so this one would have no effect; without TLS files "
+                  "it would point kube-apiserver at a file the sandbox neither places nor checks")
+    return (f"{where}: k0s adds its own --{name} ({K0S_ETCD_FLAGS[name][0]}) after extraArgs "
+            f"and rawArgs, and {effect} (k0s v1.36 pkg/component/controller/apiserver.go:"
+            f"140-145, 218-238); remove it: {K0S_ETCD_FLAGS[name][1]}")
 
 
 def _storage_errors(storage: Any) -> list[str]:
@@ -293,4 +348,5 @@ class FilterModule:
             "k0s_spec_errors": k0s_spec_errors,
             "k0s_spec_warnings": k0s_spec_warnings,
             "k0s_tenant_lb": k0s_tenant_lb,
+            "k0s_input_errors": k0s_input_errors,
         }

@@ -37,6 +37,25 @@ REFUSED_INSTALL_FLAGS = {
                                 "role writes to k0s.yaml would be ignored"),
     "--status-socket": ("the role's readiness waits run `k0s status`, which asks the default "
                         "socket: with another one every wait would time out"),
+    # The unit: RestartSec=10 and Restart= kardianos/service's default, always
+    # (pkg/install/systemd_linux.go:22,42), so an exit with 0 is restarted too.
+    "--init-only": ("`k0s controller --init-only` initialises its components and exits "
+                    "(cmd/controller/controller.go:133-135, 444-446) without starting them, and "
+                    "the unit restarts it every 10 s forever: no API server, no readiness"),
+}
+
+# Components `--disable-components` must leave running (k0s v1.36.3+k0s.2), with the reason.
+_NO_KUBE_DNS = ("so the Service kube-system/kube-dns is never made and the role's checks "
+                "(tasks/checks.yml, as k0s's inttest/externaletcd) wait in vain for its key "
+                "<prefix>services/specs/kube-system/kube-dns in etcd, failing the run after 2 min")
+REFUSED_DISABLED_COMPONENTS = {
+    "control-api": ("which serves the controller join API (9443): no controller could join the "
+                    "tenant"),
+    "coredns": ("which writes CoreDNS's manifests for the applier manager to apply "
+                f"(pkg/component/controller/coredns.go:317,442), {_NO_KUBE_DNS}"),
+    "applier-manager": ("which applies the manifests under /var/lib/k0s/manifests, CoreDNS's "
+                        "among them (cmd/controller/controller.go:372; pkg/component/controller/"
+                        f"coredns.go:317,442), {_NO_KUBE_DNS}"),
 }
 
 
@@ -48,7 +67,8 @@ def _flag_value(flags: list[str], i: int) -> str:
 
 def k0s_install_flag_errors(flags: Any) -> list[str]:
     """Flags in k0s_install_extra_flags that the role manages itself, and those that break
-    the sandbox (REFUSED_INSTALL_FLAGS, `--disable-components` naming control-api)."""
+    the sandbox (REFUSED_INSTALL_FLAGS; `--disable-components` naming one of
+    REFUSED_DISABLED_COMPONENTS: a list flag, each occurrence adds to it)."""
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         return ["k0s_install_extra_flags: must be a list of strings, e.g. ['--debug']"]
     errors = []
@@ -62,12 +82,11 @@ def k0s_install_flag_errors(flags: Any) -> list[str]:
         elif name in REFUSED_INSTALL_FLAGS:
             errors.append(f"k0s_install_extra_flags: '{flag}' is refused: "
                           f"{REFUSED_INSTALL_FLAGS[name]}; remove it")
-        elif name == "--disable-components" and "control-api" in [
-                c.strip() for c in _flag_value(flags, i).split(",")]:
-            errors.append(
-                f"k0s_install_extra_flags: '{flag}' disables control-api, which serves the "
-                "controller join API (9443): no controller could join the tenant; leave "
-                "control-api out of --disable-components")
+        elif name == "--disable-components":
+            errors += [f"k0s_install_extra_flags: '{flag}' disables {c}, "
+                       f"{REFUSED_DISABLED_COMPONENTS[c]}; leave {c} out of --disable-components"
+                       for c in dict.fromkeys(c.strip() for c in _flag_value(flags, i).split(","))
+                       if c in REFUSED_DISABLED_COMPONENTS]
     return errors
 
 

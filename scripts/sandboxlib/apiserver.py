@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .context import UsageError
+from .k0s_inputs import k0s_input_errors
 from .progress import Screen, step
 from .topology import REPO_ROOT, Topology
 
@@ -74,6 +75,18 @@ def is_test_double(path: Path) -> bool:
             return TEST_DOUBLE_MARKER in fh.read(4096)
     except OSError:
         return False
+
+
+def refuse_bad_k0s_inputs(topo: Topology, extra: dict[str, Any]) -> None:
+    """UsageError for a k0s_version that is no k0s release tag or a join token that never
+    expires, as given (--set, the topology's vars), by the rules roles/k0s_controller's
+    validate.yml applies (k0s_inputs.py): ``up`` checks them before it uses the version (the
+    cache file, the release URL) or creates anything."""
+    given = {**topo.vars, **extra}
+    errors = k0s_input_errors({n: given[n] for n in ("k0s_version", "k0s_join_token_expiry")
+                               if n in given})
+    if errors:
+        raise UsageError("; ".join(errors) + "; nothing was changed")
 
 
 def refuse_test_double(topo: Topology, extra: dict[str, Any]) -> None:

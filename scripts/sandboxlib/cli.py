@@ -140,6 +140,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     need_tool(sb.backend)
     check_owner(sb)
     extra = up_extra_vars(args)
+    apiserver.refuse_bad_k0s_inputs(sb.topo, extra)   # before the version names a file or URL
     if sb.backend == "podman":
         podman_subnet_free(sb.topo)
     apiserver.refuse_test_double(sb.topo, extra)

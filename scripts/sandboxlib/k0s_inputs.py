@@ -1,0 +1,1 @@
+../../plugins/plugin_utils/k0s_inputs.py
