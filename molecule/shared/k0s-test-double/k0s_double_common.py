@@ -1,13 +1,8 @@
 """Shared parts of the k0s test double (not k0s): constants, flags, k0s.yaml, etcd access,
 the status record and the join tokens' storage. See the `k0s` script beside this file."""
 
-import base64
-import datetime as dt
-import json
 import os
 import pwd
-import re
-import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -16,13 +11,14 @@ LABEL = "k0s test double (not k0s)"
 MIMICS = "v1.36.3+k0s.2"
 ALLOW = "K0S_TEST_DOUBLE_ALLOWED"
 TOOLS = Path(os.environ.get("K0S_TEST_DOUBLE_TOOLS", "/usr/local/lib/k0s-test-double"))
-DATA = Path("/var/lib/k0s")
+# K0S_TEST_DOUBLE_ROOT: for the project's pytest only, which runs the double's commands on the
+# test host under a temporary directory instead of /; never set on the nodes.
+_ROOT = os.environ.get("K0S_TEST_DOUBLE_ROOT", "")
+DATA = Path(f"{_ROOT}/var/lib/k0s")
 PKI = DATA / "pki"
-RUN = Path("/run/k0s")
-STATUS = RUN / "test-double-status.json"
-RUNTIME_CONFIG = RUN / "test-double-runtime-config.json"
-UNIT = Path("/etc/systemd/system/k0scontroller.service")
-DEFAULT_CONFIG = "/etc/k0s/k0s.yaml"
+RUN = Path(f"{_ROOT}/run/k0s")
+UNIT = Path(f"{_ROOT}/etc/systemd/system/k0scontroller.service")
+DEFAULT_CONFIG = f"{_ROOT}/etc/k0s/k0s.yaml"
 APISERVER_USER = "kube-apiserver"
 # pkg/cleanup/users_linux.go: `k0s reset` deletes these users (reference facts).
 RESET_USERS = ("etcd", "kube-apiserver", "konnectivity-server", "kube-scheduler")
@@ -84,10 +80,11 @@ def yaml_load(text: str) -> dict:
     return yaml.safe_load(text) or {}
 
 
-def yaml_dump(data: dict) -> str:
+def yaml_dump(data: dict, sort: bool = False) -> str:
+    """sort=True: as Go's sigs.k8s.io/yaml writes (via JSON: keys in sorted order)."""
     import yaml
 
-    return yaml.safe_dump(data, sort_keys=False)
+    return yaml.safe_dump(data, sort_keys=sort)
 
 
 def external_cluster(config: dict) -> dict:
@@ -134,46 +131,11 @@ def etcdctl(config: dict, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, check=False)
 
 
-def running() -> dict:
-    """The running controller's status record, or {} (k0s status: the status socket)."""
-    try:
-        info = json.loads(STATUS.read_text())
-        cmdline = Path(f"/proc/{info['pid']}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError, KeyError):
-        return {}
-    return info if b"controller" in cmdline else {}
-
-
 def system_user(name: str) -> None:
     try:
         pwd.getpwnam(name)
     except KeyError:
         subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", str(DATA),
                         "--shell", "/usr/sbin/nologin", name], check=True)
-
-
-
-def token_key(config: dict, token_id: str) -> str:
-    return prefix(config) + f"secrets/kube-system/bootstrap-token-{token_id}"
-
-
-def token_problem(config: dict, token: str) -> str:
-    """'' when `token` is a controller join token of this cluster that has not expired."""
-    token_id, _, secret = token.partition(".")
-    if not re.fullmatch(r"[a-z0-9]{6}", token_id) or not secret:
-        return "malformed token"
-    res = etcdctl(config, "get", "--print-value-only", token_key(config, token_id))
-    if res.returncode != 0:
-        return "token lookup failed: " + res.stderr.strip()[:100]
-    if not res.stdout.strip():
-        return "unknown token"
-    data = {k: base64.b64decode(v).decode() for k, v in json.loads(res.stdout)["data"].items()}
-    if not secrets.compare_digest(data["token-secret"], secret):
-        return "unknown token"
-    if data.get("usage-controller-join") != "true":
-        return "not a controller token"
-    if data.get("expiration") and dt.datetime.fromisoformat(data["expiration"]) < dt.datetime.now(dt.UTC):
-        return f"token expired at {data['expiration']}"
-    return ""
 
 

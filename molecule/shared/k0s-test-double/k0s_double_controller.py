@@ -1,6 +1,7 @@
 """`k0s controller` of the k0s test double (not k0s): PKI (bootstrap or join), the join API,
 Kubernetes' CRD API server run with k0s's flags and credentials. See the `k0s` script."""
 
+import atexit
 import base64
 import gzip
 import http.server
@@ -26,12 +27,9 @@ from k0s_double_common import (
     DEFAULT_CONFIG,
     DISABLED_ADMISSION,
     LABEL,
-    MIMICS,
     NOWHERE,
     PKI,
     RUN,
-    RUNTIME_CONFIG,
-    STATUS,
     TOOLS,
     api,
     config_errors,
@@ -39,12 +37,20 @@ from k0s_double_common import (
     etcdctl,
     external_cluster,
     flags,
-    load_config,
     prefix,
     say,
-    token_problem,
     yaml_dump,
 )
+from k0s_double_config import (
+    STATUS_SOCKET,
+    ConfigError,
+    cleanup_runtime_config,
+    k0s_vars,
+    node_config,
+    write_runtime_config,
+)
+from k0s_double_status import k0s_status, serve_status, stop_status
+from k0s_double_tokens import token_problem
 
 # --- PKI: bootstrap, join, the API server's certificates ---------------------------------
 
@@ -250,20 +256,28 @@ def controller(argv: list[str]) -> None:
                  "data-dir", "enable-worker"):
         if opts.get(name):
             die(f"--{name} is not implemented by the test double")
-    # k0s.yaml is read once, when the controller starts (cmd/controller/controller.go:463-477).
-    config = load_config(opts.get("config", DEFAULT_CONFIG))
+    # k0s.yaml is read once, when the controller starts (cmd/controller/controller.go:463-477):
+    # loadNodeConfig, then initDirs, then the runtime config (controller.go:114-131).
+    startup_path = opts.get("config", DEFAULT_CONFIG)
+    try:
+        config = node_config(startup_path)
+    except ConfigError as err:
+        die(f"failed to load node config: {err}")
     if errors := config_errors(config):
-        die("; ".join(errors))
-    for d, mode in ((DATA, 0o755), (PKI, 0o751), (RUN, 0o755)):
+        die("invalid node config: " + "\n".join(errors))
+    for d, mode in ((DATA, 0o755), (RUN, 0o755), (DATA / "bin", 0o755), (PKI, 0o751)):
         d.mkdir(parents=True, exist_ok=True)
         d.chmod(mode)
+    node_vars = k0s_vars(startup_path)
+    # removed at exit whatever the cause, as k0s's deferred Cleanup (controller.go:127-131)
+    atexit.register(cleanup_runtime_config, write_runtime_config(node_vars, config))
     if opts.get("token-file") and not ((PKI / "ca.crt").exists() and (PKI / "ca.key").exists()):
         join(opts["token-file"])
     bootstrap_pki()
     apiserver_certificates(config)
     (RUN / "nowhere.kubeconfig").write_text(json.dumps(NOWHERE))
     (RUN / "nowhere.kubeconfig").chmod(0o644)
-    RUNTIME_CONFIG.write_text(json.dumps(config))
+    status = serve_status(str(STATUS_SOCKET), k0s_status(config, node_vars, sys.argv))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -285,9 +299,6 @@ def controller(argv: list[str]) -> None:
         # Credential{Uid: uid, Gid: gid} with gid 0).
         proc = subprocess.Popen([str(binary), *apiserver_args(config)],
                                 user=pwd.getpwnam(APISERVER_USER).pw_uid, group=0, extra_groups=[])
-        STATUS.write_text(json.dumps({"pid": os.getpid(), "apiserver_pid": proc.pid,
-                                      "version": f"{MIMICS}-test-double", "label": LABEL,
-                                      "args": sys.argv[1:]}))
         while proc.poll() is None and not stop.wait(1):
             pass
         if not stop.is_set():  # k0s's supervisor restarts a component that exited
@@ -300,7 +311,7 @@ def controller(argv: list[str]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
     join_api.shutdown()
-    STATUS.unlink(missing_ok=True)
+    stop_status(status, str(STATUS_SOCKET))
     say("stopped")
 
 
