@@ -58,7 +58,14 @@ def test_every_behaviour_cites_k0s_or_the_reference_facts() -> None:
                      "pkg/certificate/manager.go:56-62", "controller.go:227-237, 784-811",
                      "cmd/install/util.go:184-214", "apiserver.go:140-145, 218-238",
                      "apiserver.go:329-355", "pkg/supervisor/detachattr_unix.go",
-                     "pkg/cleanup/users_linux.go", "pkg/apis/k0s/v1beta1/api.go:70-78"):
+                     "pkg/cleanup/users_linux.go", "pkg/apis/k0s/v1beta1/api.go:70-78",
+                     "cmd/token/create.go:23-96", "pkg/config/cli.go:324-333",
+                     "pkg/token/manager.go:145-151", "cmd/token/list.go:20-95",
+                     "cmd/kubeconfig/admin.go:20-84", "pkg/config/runtime.go:93-138",
+                     "cmd/install/controller.go:48-55", "cmd/config/validate.go:20-71",
+                     "pkg/install/users_linux.go:19-43", "pkg/cleanup/users_linux.go:22-29",
+                     "apiserver.go:140-145, 218-222", "controller.go:793-805",
+                     "retry.go:84-91", "pkg/supervisor/supervisor.go:206-207"):
         assert citation in text, citation
     assert all(LABEL in p.read_text() for p in sources)
 

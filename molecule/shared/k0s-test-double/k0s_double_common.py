@@ -1,8 +1,10 @@
-"""Shared parts of the k0s test double (not k0s): constants, flags, k0s.yaml, etcd access,
-the status record and the join tokens' storage. See the `k0s` script beside this file."""
+"""Shared parts of the k0s test double (not k0s): constants, flags, k0s.yaml checks, etcd
+access, the controller users. See the `k0s` script beside this file."""
 
 import os
 import pwd
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +22,11 @@ RUN = Path(f"{_ROOT}/run/k0s")
 UNIT = Path(f"{_ROOT}/etc/systemd/system/k0scontroller.service")
 DEFAULT_CONFIG = f"{_ROOT}/etc/k0s/k0s.yaml"
 APISERVER_USER = "kube-apiserver"
-# pkg/cleanup/users_linux.go: `k0s reset` deletes these users (reference facts).
-RESET_USERS = ("etcd", "kube-apiserver", "konnectivity-server", "kube-scheduler")
+# SystemUser's defaults (pkg/apis/k0s/v1beta1/system.go:9-26, pkg/constant/constant.go:52-61;
+# kine's user is kube-apiserver): the keys of spec.install.systemUsers and their users.
+SYSTEM_USERS = {"etcdUser": "etcd", "kineUser": "kube-apiserver",
+                "konnectivityUser": "konnectivity-server", "kubeAPIserverUser": "kube-apiserver",
+                "kubeSchedulerUser": "kube-scheduler"}
 # What the CRD API server needs besides k0s's flags (it has no core API to talk to).
 DISABLED_ADMISSION = ("NamespaceLifecycle,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,"
                       "ValidatingAdmissionPolicy,MutatingAdmissionPolicy")
@@ -107,6 +112,42 @@ def config_errors(config: dict) -> list[str]:
     if tls and len(tls) != 3:
         errors.append("spec.storage.etcd.externalCluster is invalid: all TLS properties "
                       "[caFile,clientCertFile,clientKeyFile] must be defined or none of those")
+    return errors + api_errors(api(config))
+
+
+def _is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def api_errors(spec: dict) -> list[str]:
+    """APISpec.Validate (pkg/apis/k0s/v1beta1/api.go:143-186), each error prefixed "api: "
+    (clusterconfig_types.go:440-453) in field.Invalid's text."""
+    errors, address = [], str(spec.get("address", ""))
+    if not _is_ip(address):
+        errors.append(f'api: address: Invalid value: "{address}": invalid IP address')
+    if address in ("0.0.0.0", "::"):
+        errors.append(f'api: address: Invalid value: "{address}": invalid INADDR_ANY')
+    external = str(spec.get("externalAddress") or "")
+    host = external.rsplit(":", 1)[0].strip("[]") if external.count(":") == 1 or \
+        external.startswith("[") else external
+    dns = re.fullmatch(r"(?=.{1,253}$)([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?\.)*"
+                       r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?\.?", host or "-")
+    if external and not (_is_ip(host) or dns):
+        errors.append(f'api: externalAddress: Invalid value: "{host}": invalid IP address / DNS name')
+    for name in ("k0sApiPort", "port"):
+        value = spec.get(name)
+        if isinstance(value, int) and not 0 < value < 65536:
+            errors.append(f"api: {name}: Invalid value: {value}: must be between 1 and 65535, "
+                          "inclusive")
+    for idx, san in enumerate(spec.get("sans") or []):
+        if not (_is_ip(str(san)) or re.fullmatch(r"[A-Za-z0-9_.-]+", str(san))):
+            errors.append(f'api: sans[{idx}]: Invalid value: "{san}": invalid IP address / DNS name')
     return errors
 
 
@@ -131,11 +172,49 @@ def etcdctl(config: dict, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, check=False)
 
 
-def system_user(name: str) -> None:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", str(DATA),
-                        "--shell", "/usr/sbin/nologin", name], check=True)
+def controller_users(config: dict) -> list[str]:
+    """getControllerUserNames (pkg/install/users_linux.go:91-103): every controller user,
+    etcd's too even with an external etcd, sorted, duplicates dropped."""
+    chosen = ((config.get("spec") or {}).get("install") or {}).get("systemUsers") or {}
+    return sorted({chosen.get(key) or name for key, name in SYSTEM_USERS.items()})
 
 
+def ensure_controller_users(config: dict) -> list[str]:
+    """EnsureControllerUsers (pkg/install/users_linux.go:19-43, called by
+    cmd/install/controller.go:62-66): each missing user made with `useradd --home <data dir>
+    --shell <nologin> --system --no-create-home NAME` (users_linux.go:73-80); the errors
+    joined, not stopping at the first."""
+    shell = shutil.which("nologin") or shutil.which("false")
+    errors = []
+    for name in controller_users(config):
+        try:
+            pwd.getpwnam(name)
+            continue
+        except KeyError:
+            pass
+        if shell is None:
+            return ["failed to locate a nologin shell for creating users"]
+        say(f'Creating user "{name}"')
+        res = subprocess.run(["useradd", "--home", str(DATA), "--shell", shell, "--system",
+                              "--no-create-home", name], capture_output=True, text=True,
+                             check=False)
+        if res.returncode != 0:
+            errors.append(f"exit status {res.returncode}")
+    return errors
+
+
+def delete_controller_users(config: dict) -> tuple[list[str], list[str]]:
+    """DeleteControllerUsers (pkg/install/users_linux.go:45-61): `userdel NAME` for each
+    controller user that exists; (errors, deleted users), nothing raised."""
+    errors, deleted = [], []
+    for name in controller_users(config):
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        res = subprocess.run(["userdel", name], capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            errors.append(f"exit status {res.returncode}")
+        else:
+            deleted.append(name)
+    return errors, deleted

@@ -92,33 +92,60 @@ def decode_token(text: str) -> dict:
     return yaml.safe_load(gzip.decompress(base64.b64decode(text.strip())))
 
 
-def join(token_file: str) -> None:
+# retry-go v3.0.0 (k0s's go.mod) defaults, retry.go:84-91 and options.go:84-129: 10 attempts,
+# delay 100 ms, max jitter 100 ms, delay type CombineDelay(BackOffDelay, RandomDelay), no
+# max delay. After failed attempt n (0-based, none after the last, retry.go:138-141) it waits
+# 100 ms << n plus a random [0, 100 ms): 0.1+0.2+...+25.6 = 51.1 s, up to 52.0 s with jitter.
+RETRY_ATTEMPTS = 10
+RETRY_DELAY = 0.1
+RETRY_MAX_JITTER = 0.1
+
+
+def retry_delays() -> list[float]:
+    """The waits retry.Do makes between the attempts (retry.go:126-162)."""
+    return [RETRY_DELAY * (1 << n) + secrets.randbelow(int(RETRY_MAX_JITTER * 1e6)) / 1e6
+            for n in range(RETRY_ATTEMPTS - 1)]
+
+
+def join(token_file: str, stop: threading.Event) -> None:
     """With --token-file and no CA: the CA and service-account keys from the join API of the
-    controller in the token; an invalid or expired token ends the controller with a non-zero
-    exit (cmd/controller/controller.go:227-237, 784-811)."""
+    controller in the token, GET /v1beta1/ca with the token as bearer (pkg/token/
+    joinclient.go:71-81); each attempt times out after 10 s and is retried with retry-go's
+    defaults (controller.go:793-805), the last error reported: a bad or expired token ends
+    the controller non-zero after about 51 s (cmd/controller/controller.go:227-237, 784-811)."""
     try:
         kubeconfig = decode_token(Path(token_file).read_text())
         cluster = kubeconfig["clusters"][0]["cluster"]
         token = kubeconfig["users"][0]["user"]["token"]
     except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
-        die(f"cannot read the join token {token_file}: {err}")
-    url = cluster["server"].rstrip("/") + "/v1beta1/ca"
+        die(f"failed to join controller: failed to create join client: {err}")
+    address = cluster["server"].rstrip("/")
+    say(f"Joining existing cluster via {address}")
     ctx = ssl.create_default_context(
         cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
-    req = urllib.request.Request(url, data=b"{}", method="POST",
-                                 headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=15) as resp:
-            files = json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        die(f"joining the cluster at {url} failed: HTTP {err.code}: {err.read().decode()[:200]}")
-    except (urllib.error.URLError, OSError) as err:
-        die(f"joining the cluster at {url} failed: {err}")
-    for name, mode in (("ca.crt", 0o644), ("ca.key", 0o600), ("sa.key", 0o600),
+    req = urllib.request.Request(address + "/v1beta1/ca", headers={"Authorization": f"Bearer {token}"})
+    delays, error = retry_delays(), ""
+    for attempt in range(RETRY_ATTEMPTS):
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+                files = json.loads(resp.read())
+            break
+        except urllib.error.HTTPError as err:
+            error = f"the server has asked for the client to provide credentials ({err.code}: " \
+                    f"{err.read().decode()[:200]})" if err.code == 401 else f"HTTP {err.code}"
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            error = str(err)
+        if attempt < RETRY_ATTEMPTS - 1:
+            say(f"Failed to join in attempt #{attempt + 1}, retrying after backoff: {error}")
+            if stop.wait(delays[attempt]):
+                die("failed to join controller: context canceled")
+    else:
+        die(f"failed to join controller: failed to join existing cluster via {address}: {error}")
+    for name, mode in (("ca.crt", 0o644), ("ca.key", 0o640), ("sa.key", 0o640),
                        ("sa.pub", 0o644)):
         (PKI / name).write_bytes(base64.b64decode(files[name]))
         (PKI / name).chmod(mode)
-    say(f"joined the cluster at {url}: its CA and service-account keys written to {PKI}")
+    say(f"Got valid CA response, storing certificates in {PKI}")
 
 
 def apiserver_certificates(config: dict) -> None:
@@ -163,12 +190,40 @@ CONTROLLER_BOOLS = {"enable-worker", "no-taints", "debug", "verbose", "single",
                     "enable-dynamic-config"}
 
 
-def apiserver_args(config: dict) -> list[str]:
-    """kube-apiserver's flags as k0s derives them: spec.api.extraArgs first, then k0s's etcd
-    flags (pkg/component/controller/apiserver.go:140-145, 218-238): --etcd-servers (a list
-    flag: an extraArgs value is appended to, not replaced by, k0s's endpoints), --etcd-prefix
-    verbatim, and the three TLS files when set (apiserver.go:329-355, prefix 347-349). Only
-    the etcd-* extraArgs are passed: the CRD API server knows no other kube-apiserver flag."""
+def crd_apiserver_flags(binary: str) -> set[str]:
+    """The flag names the CRD API server itself knows, read from its own --help."""
+    res = subprocess.run([binary, "--help"], capture_output=True, text=True, check=False)
+    return set(re.findall(r"^\s+(?:-\w, )?--([a-z0-9-]+)", res.stdout + res.stderr, re.MULTILINE))
+
+
+def user_args(config: dict, known: set[str]) -> list[str]:
+    """spec.api.extraArgs as --name=value, then rawArgs verbatim (pkg/component/controller/
+    apiserver.go:140-145, 218-222). The CRD API server gets each one whose name it knows;
+    one it does not know is passed too unless it is an extraArgs key, so that a flag no API
+    server knows makes the server exit and crash-loop as kube-apiserver would under k0s's
+    supervisor. An extraArgs key the CRD API server lacks is accepted and not passed, said in
+    the log: the double has no list of kube-apiserver's own flags to tell a kube-apiserver
+    flag from a typo (not modelled)."""
+    spec, out = api(config), []
+    for name, value in sorted((spec.get("extraArgs") or {}).items()):
+        if name in known:
+            out.append(f"--{name}={value}")
+        else:
+            say(f"extraArgs {name}: not passed, the CRD API server stand-in does not know it "
+                "(the double cannot tell whether kube-apiserver would)")
+    for raw in spec.get("rawArgs") or []:
+        name = str(raw).lstrip("-").split("=", 1)[0]
+        if name not in known:
+            say(f"rawArgs {raw}: passed; the CRD API server does not know it and will exit")
+        out.append(str(raw))
+    return out
+
+
+def apiserver_args(config: dict, known: set[str]) -> list[str]:
+    """kube-apiserver's flags as k0s derives them: k0s's own, spec.api.extraArgs overriding
+    them, rawArgs appended, then the etcd flags (pkg/component/controller/
+    apiserver.go:140-145, 218-238): --etcd-servers, --etcd-prefix verbatim, and the three TLS files when set
+    (apiserver.go:329-355, prefix 347-349)."""
     spec, ext = api(config), external_cluster(config)
     args = [f"--secure-port={spec.get('port', 6443)}",
             f"--bind-address={spec['address'] if spec.get('onlyBindToAddress') else '0.0.0.0'}",
@@ -176,21 +231,18 @@ def apiserver_args(config: dict) -> list[str]:
             f"--client-ca-file={PKI / 'ca.crt'}", f"--kubeconfig={RUN / 'nowhere.kubeconfig'}",
             f"--authentication-kubeconfig={RUN / 'nowhere.kubeconfig'}",
             f"--authorization-kubeconfig={RUN / 'nowhere.kubeconfig'}",
-            "--authentication-skip-lookup", f"--disable-admission-plugins={DISABLED_ADMISSION}"]
-    for name, value in sorted((spec.get("extraArgs") or {}).items()):
-        if name.startswith("etcd-"):
-            args.append(f"--{name}={value}")
-        else:
-            say(f"extraArgs {name} not passed: the CRD API server stand-in does not know it")
+            "--authentication-skip-lookup", f"--disable-admission-plugins={DISABLED_ADMISSION}",
+            # k0s drains open watches on stop: its stop timeout (request timeout 1m + 2 s,
+            # clamped to 20 s) minus 2 s (apiserver.go:179-216)
+            "--shutdown-watch-termination-grace-period=18s"]
+    override = {name for name in spec.get("extraArgs") or {} if name in known}
+    args = [a for a in args if a.split("=", 1)[0].lstrip("-") not in override]
+    args += user_args(config, known)
     args.append("--etcd-servers=" + ",".join(ext["endpoints"]))
     args.append(f"--etcd-prefix={ext['etcdPrefix']}")
     if ext.get("caFile") and ext.get("clientCertFile") and ext.get("clientKeyFile"):
         args += [f"--etcd-cafile={ext['caFile']}", f"--etcd-certfile={ext['clientCertFile']}",
                  f"--etcd-keyfile={ext['clientKeyFile']}"]
-    # k0s drains open watches on stop: its stop timeout (request timeout 1m + 2 s, clamped to
-    # 20 s) minus 2 s (apiserver.go:179-216; extraArgs request-timeout and the flag itself,
-    # not passed here, would change it)
-    args.append("--shutdown-watch-termination-grace-period=18s")
     return args
 
 
@@ -229,7 +281,7 @@ class JoinAPI(http.server.BaseHTTPRequestHandler):
 
     config: ClassVar[dict] = {}
 
-    def do_POST(self) -> None:
+    def do_GET(self) -> None:
         token = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         reason = token_problem(self.config, token) if self.path == "/v1beta1/ca" else "not found"
         if reason:
@@ -271,16 +323,16 @@ def controller(argv: list[str]) -> None:
     node_vars = k0s_vars(startup_path)
     # removed at exit whatever the cause, as k0s's deferred Cleanup (controller.go:127-131)
     atexit.register(cleanup_runtime_config, write_runtime_config(node_vars, config))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     if opts.get("token-file") and not ((PKI / "ca.crt").exists() and (PKI / "ca.key").exists()):
-        join(opts["token-file"])
+        join(opts["token-file"], stop)
     bootstrap_pki()
     apiserver_certificates(config)
     (RUN / "nowhere.kubeconfig").write_text(json.dumps(NOWHERE))
     (RUN / "nowhere.kubeconfig").chmod(0o644)
     status = serve_status(str(STATUS_SOCKET), k0s_status(config, node_vars, sys.argv))
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     JoinAPI.config = config
     join_api = http.server.ThreadingHTTPServer(("0.0.0.0", int(api(config).get("k0sApiPort", 9443))),
                                                JoinAPI)
@@ -290,20 +342,21 @@ def controller(argv: list[str]) -> None:
     threading.Thread(target=join_api.serve_forever, daemon=True).start()
     threading.Thread(target=write_kube_dns_key, args=(config, stop), daemon=True).start()
     binary = TOOLS / "apiextensions-apiserver"
-    proc = None
+    proc, known = None, crd_apiserver_flags(str(binary))
     while not stop.is_set():
         say(f"starting Kubernetes' CRD API server (the stand-in, not kube-apiserver) as uid "
             f"{APISERVER_USER}, gid 0, no groups: {binary}")
         # uid kube-apiserver, gid 0, no supplementary groups (pkg/component/controller/
         # apiserver.go sets only the UID; pkg/supervisor/detachattr_unix.go:
         # Credential{Uid: uid, Gid: gid} with gid 0).
-        proc = subprocess.Popen([str(binary), *apiserver_args(config)],
+        proc = subprocess.Popen([str(binary), *apiserver_args(config, known)],
                                 user=pwd.getpwnam(APISERVER_USER).pw_uid, group=0, extra_groups=[])
         while proc.poll() is None and not stop.wait(1):
             pass
         if not stop.is_set():  # k0s's supervisor restarts a component that exited
-            say(f"the API server exited ({proc.returncode}); restarting it in 2 s")
-            stop.wait(2)
+            # pkg/supervisor/supervisor.go:206-207, 278-285: respawned after 5 s
+            say(f"the API server exited ({proc.returncode}); respawning in 5s")
+            stop.wait(5)
     if proc is not None and proc.poll() is None:
         proc.terminate()
         try:
