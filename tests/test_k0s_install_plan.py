@@ -30,54 +30,120 @@ TOKEN = ["--token-file", "/etc/k0s/join-token"]
 
 # --- the filter ----------------------------------------------------------------------------
 
-def test_bootstrap_is_the_first_controller_while_none_has_k0s() -> None:
+def test_bootstrap_is_the_first_controller_while_none_holds_a_ca() -> None:
     assert k0s.k0s_bootstrap_controller(["a", "b"], {"a": False, "b": False}) == "a"
 
 
-def test_bootstrap_is_the_first_controller_with_k0s() -> None:
+def test_bootstrap_is_the_first_controller_that_holds_the_ca() -> None:
     assert k0s.k0s_bootstrap_controller(["a", "b", "c"], {"a": False, "b": "no", "c": True}) == "c"
 
 
 def test_first_controller_without_k0s_joins_the_one_that_has_it() -> None:
     """Reinstalling controllers[0] while another controller of the tenant runs must not
     bootstrap a second cluster (a new Kubernetes CA) on the same prefix."""
-    installed = {"a": False, "b": True}
-    assert k0s.k0s_install_plan(["a", "b"], installed, "a", True) == {
-        "bootstrap": "b", "action": "join", "token": True}
-    assert k0s.k0s_install_plan(["a", "b"], installed, "b", True) == {
-        "bootstrap": "b", "action": "none", "token": False}
+    installed, cas = {"a": False, "b": True}, {"a": False, "b": True}
+    assert k0s.k0s_install_plan(["a", "b"], installed, "a", True, cas) == {
+        "bootstrap": "b", "action": "join", "token": True, "force": False}
+    assert k0s.k0s_install_plan(["a", "b"], installed, "b", True, cas) == {
+        "bootstrap": "b", "action": "none", "token": False, "force": False}
+
+
+def test_failed_first_joiner_never_bootstraps_a_second_ca() -> None:
+    """Fault 1 of issue 36: the first controller lost k0s and its join to another
+    controller failed (its unit is there, written with --token-file; no CA). The plan used
+    to make it the bootstrap ("its unit exists") with action reinstall and no token: k0s
+    would have started without a CA and without a token and minted a second CA on the live
+    prefix. It rejoins the controller that holds the CA, with a fresh token and --force."""
+    installed, cas = {"a": True, "b": True, "c": True}, {"a": False, "b": True, "c": True}
+    for flags_current in (True, False):
+        assert k0s.k0s_install_plan(["a", "b", "c"], installed, "a", flags_current, cas) == {
+            "bootstrap": "b", "action": "rejoin", "token": True, "force": True}
+    assert k0s.k0s_install_plan(["a", "b", "c"], installed, "b", True, cas)["action"] == "none"
+
+
+def test_a_unit_without_a_ca_anywhere_bootstraps_with_force_never_reinstall() -> None:
+    """No controller holds a CA but the first has a unit (its first start never got as
+    far as the CA): it is the tenant's first start again (`--force`, no token), so
+    tasks/first_start.yml checks the prefix; never `reinstall`/`none`."""
+    installed, cas = {"a": True, "b": False}, {"a": False, "b": False}
+    for flags_current in (True, False):
+        assert k0s.k0s_install_plan(["a", "b"], installed, "a", flags_current, cas) == {
+            "bootstrap": "a", "action": "bootstrap", "token": False, "force": True}
+    assert k0s.k0s_install_plan(["a", "b"], installed, "b", True, cas) == {
+        "bootstrap": "a", "action": "join", "token": True, "force": False}
+
+
+@pytest.mark.parametrize("host", ["a", "b", "c"])
+@pytest.mark.parametrize("installed", [
+    {"a": i, "b": j, "c": k} for i in (True, False) for j in (True, False) for k in (True, False)])
+@pytest.mark.parametrize("cas", [
+    {"a": i, "b": j, "c": k} for i in (True, False) for j in (True, False) for k in (True, False)])
+def test_no_controller_starts_without_a_ca_and_a_token_while_another_holds_the_ca(
+        host: str, installed: dict[str, bool], cas: dict[str, bool]) -> None:
+    """Every state of a three-controller tenant: a controller without a CA gets a token
+    whenever another controller holds the CA; only the first start of the tenant (no CA
+    anywhere) goes without one, and only on the first controller."""
+    cas = {c: has and installed[c] for c, has in cas.items()}  # a CA comes with k0s
+    plan = k0s.k0s_install_plan(["a", "b", "c"], installed, host, True, cas)
+    if not cas[host]:
+        if any(cas.values()):
+            assert plan["token"], plan
+        else:
+            assert plan["token"] == (host != "a") and plan["action"] in ("bootstrap", "join", "rejoin"), plan
+    else:
+        assert not plan["token"] and plan["action"] == "none", plan
+    assert plan["force"] == (installed[host] and plan["action"] != "none"), plan
 
 
 def test_changed_flags_reinstall_without_a_token_where_the_controller_joined() -> None:
     """A joined controller keeps its CA: a token in its rewritten unit would only outlive
     its expiry (fault a of issue 26)."""
-    installed = {"a": True, "b": True}
-    assert k0s.k0s_install_plan(["a", "b"], installed, "a", False) == {
-        "bootstrap": "a", "action": "reinstall", "token": False}
-    assert k0s.k0s_install_plan(["a", "b"], installed, "b", False) == {
-        "bootstrap": "a", "action": "reinstall", "token": False}
+    installed = cas = {"a": True, "b": True}
+    assert k0s.k0s_install_plan(["a", "b"], installed, "a", False, cas) == {
+        "bootstrap": "a", "action": "reinstall", "token": False, "force": True}
+    assert k0s.k0s_install_plan(["a", "b"], installed, "b", False, cas) == {
+        "bootstrap": "a", "action": "reinstall", "token": False, "force": True}
 
 
 def test_a_controller_that_never_joined_rejoins_with_a_fresh_token() -> None:
     """Fault a of issue 26: a unit installed with a token whose join failed (no CA here),
     recorded or not, gets `--force` with a fresh token, never `none`; the bootstrap
     controller never gets a token (it makes its own CA)."""
-    installed = {"a": True, "b": True}
+    installed, cas = {"a": True, "b": True}, {"a": True, "b": False}
     for flags_current in (True, False):
-        assert k0s.k0s_install_plan(["a", "b"], installed, "b", flags_current, False) == {
-            "bootstrap": "a", "action": "rejoin", "token": True}
-    assert k0s.k0s_install_plan(["a", "b"], installed, "a", True, False) == {
-        "bootstrap": "a", "action": "none", "token": False}
+        assert k0s.k0s_install_plan(["a", "b"], installed, "b", flags_current, cas) == {
+            "bootstrap": "a", "action": "rejoin", "token": True, "force": True}
+    assert k0s.k0s_install_plan(["a", "b"], installed, "a", True, cas) == {
+        "bootstrap": "a", "action": "none", "token": False, "force": False}
 
 
 def test_unknown_state_is_refused_not_guessed() -> None:
-    with pytest.raises(ValueError, match="whether k0s is installed on 'b' is unknown"):
-        k0s.k0s_install_plan(["a", "b"], {"a": False, "b": "unknown"}, "a", True)
+    with pytest.raises(ValueError, match="whether 'b' holds the tenant's CA is unknown"):
+        k0s.k0s_install_plan(["a", "b"], {"a": False, "b": "unknown"}, "a", True,
+                             {"a": False, "b": "unknown"})
 
 
 def test_host_outside_its_tenant_is_refused() -> None:
     with pytest.raises(ValueError, match="'x' is not among its tenant's controllers"):
-        k0s.k0s_install_plan(["a"], {"a": True, "x": True}, "x", True)
+        k0s.k0s_install_plan(["a"], {"a": True, "x": True}, "x", True, {"a": True, "x": True})
+
+
+def _token(bearer: str) -> str:
+    import base64
+    import gzip
+
+    kubeconfig = {"apiVersion": "v1", "kind": "Config",
+                  "users": [{"name": "controller-bootstrap", "user": {"token": bearer}}]}
+    return base64.b64encode(gzip.compress(yaml.safe_dump(kubeconfig).encode())).decode()
+
+
+def test_join_token_id_is_what_k0s_token_invalidate_takes() -> None:
+    """Fault 4 of issue 36: the role invalidates each join token after its use by id."""
+    assert k0s.k0s_join_token_id(_token("abc123.0123456789abcdef") + "\n") == "abc123"
+    with pytest.raises(ValueError, match="not a k0s join token"):
+        k0s.k0s_join_token_id("Error: k0s is not running")
+    with pytest.raises(ValueError, match="not <id>.<secret>"):
+        k0s.k0s_join_token_id(_token("nodot"))
 
 
 # --- the role's plan.yml, on probe answers -------------------------------------------------
@@ -93,10 +159,13 @@ TENANTS: dict[str, dict[str, tuple[bool, bool]]] = {
     "extra": {"x1": (True, True)},
     "unit": {"u1": (True, True)},
     "legacy": {"g1": (True, False)},
+    "failedfirst": {"ff1": (True, True), "ff2": (True, True)},
 }
 UNIT_SHA = "a" * 64
 CA = "/var/lib/k0s/pki/ca.crt"
-NOT_JOINED = {"k2"}  # its join failed (an expired token): unit and record, no CA
+# its join failed (an expired token): unit and record, no CA; ff1 is the tenant's FIRST
+# controller (fault 1 of issue 36: it lost k0s and its join to ff2 failed)
+NOT_JOINED = {"k2", "ff1"}
 
 
 def _inventory(path: Path, records: dict[str, str], changes: dict[str, dict[str, Any]],
@@ -258,6 +327,17 @@ def test_stuck_join_rejoins_with_a_fresh_token_and_force(plans: dict[str, Any]) 
         "k1", "rejoin", BASE_ARGV + TOKEN + ["--force"], True)
 
 
+def test_failed_first_joiner_rejoins_the_controller_that_holds_the_ca(
+        plans: dict[str, Any]) -> None:
+    """Fault 1 of issue 36 through the role's plan.yml: the first controller's unit is there
+    but its CA is not; before the fix it became the bootstrap (reinstall, no token) and k0s
+    would have made a second CA on the live prefix."""
+    ff1, ff2 = plans["second"]["ff1"], plans["second"]["ff2"]
+    assert (ff2["bootstrap"], ff2["action"]) == ("ff2", "none")
+    assert (ff1["bootstrap"], ff1["action"], ff1["command"], ff1["token"]) == (
+        "ff2", "rejoin", BASE_ARGV + TOKEN + ["--force"], True)
+
+
 def test_unit_without_a_record_is_reinstalled_once(plans: dict[str, Any]) -> None:
     """A unit the role did not record (installed before the record existed, or by hand)."""
     g1 = plans["second"]["g1"]
@@ -270,6 +350,6 @@ def test_controllers_outside_the_play_are_asked_not_guessed(tmp_path: Path) -> N
     result, plans = _plan(tmp_path, "limited", {}, {}, limit="m1", limit_tenant=True)
     output = " ".join((result.stdout + result.stderr).split())
     assert result.returncode != 0, output
-    assert "Look for k0s on the tenant's controllers this play has not probed" in output
+    assert "Look for k0s and its CA on the tenant's controllers this play has not probed" in output
     assert "m2" in output and "UNREACHABLE" in output, output
     assert "m1" not in plans

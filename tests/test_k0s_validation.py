@@ -296,5 +296,6 @@ def test_each_ha_tenant_gets_its_own_load_balancer_as_external_address(tmp_path:
     want = {"ta": "10.213.98.30", "tb": "10.213.98.31"}
     for host, tenant in ctrls.items():
         assert api[host].get("externalAddress") == want.get(tenant), (host, api[host])
-        if tenant in want:
-            assert want[tenant] in api[host]["sans"], (host, api[host])
+        # k0s puts api.address and externalAddress into its certificates itself
+        # (cmd/controller/certificates.go:241-244): the role does not repeat them in sans
+        assert "sans" not in api[host], (host, api[host])

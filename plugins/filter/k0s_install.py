@@ -100,47 +100,81 @@ def _as_bool(what: str, value: Any) -> bool:
     raise ValueError(f"k0s install plan: {what} is unknown ({value!r}); probe it first")
 
 
-def k0s_bootstrap_controller(controllers: list[str], installed: dict[str, Any]) -> str:
+def k0s_bootstrap_controller(controllers: list[str], cas: dict[str, Any]) -> str:
     """The controller a tenant's other controllers join: the first (in the tenant's order)
-    that has k0s installed; the first of the list only while none has. So a tenant whose
-    first controller lost k0s while another still runs it never gets a second cluster
-    (a new Kubernetes CA) from that first controller."""
+    that holds the tenant's CA (/var/lib/k0s/pki/ca.crt); the first of the list only while
+    none does. Having k0s installed is not enough: a controller whose join failed has the
+    unit but no CA, and started without a token it would make a second CA on the live prefix
+    (cmd/controller/controller.go:751-762)."""
     if not controllers:
         raise ValueError("k0s install plan: the tenant has no controllers")
     for c in controllers:
-        if _as_bool(f"whether k0s is installed on '{c}'", installed.get(c)):
+        if _as_bool(f"whether '{c}' holds the tenant's CA", cas.get(c)):
             return c
     return controllers[0]
 
 
-def k0s_install_plan(controllers: list[str], installed: dict[str, Any], host: str,
-                     flags_current: Any, joined: Any = True) -> dict[str, Any]:
-    """What `host` does: its tenant's bootstrap controller, and an action:
+def k0s_join_token_id(token: str) -> str:
+    """The id of a k0s join token (what `k0s token invalidate` takes): the token is a
+    kubeconfig, gzipped and base64-encoded (pkg/token/joinencode.go:14-29), whose user's
+    bearer token is `<id>.<secret>` (a bootstrap token)."""
+    import base64
+    import binascii
+    import gzip
 
-    - bootstrap: k0s is nowhere in the tenant; install without a token (a new cluster).
-    - join: no k0s here but the bootstrap has it; install with a token made there.
-    - rejoin: k0s is installed here but never joined (``joined``: the cluster CA,
-      /var/lib/k0s/pki/ca.crt, is not here: its join failed, e.g. on an expired token, and k0s
-      exits at every start): `k0s install controller --force` with a fresh token, then a
-      restart. Never on the bootstrap controller (it makes its own CA).
-    - reinstall: k0s is here but was installed with other flags (or the unit was changed
-      since, or the install was never recorded: the role records it once the controller is
-      ready): `k0s install controller --force`, then a rolling restart.
+    import yaml
+
+    try:
+        kubeconfig = yaml.safe_load(gzip.decompress(base64.b64decode(str(token).strip())))
+        bearer = kubeconfig["users"][0]["user"]["token"]
+    except (binascii.Error, OSError, EOFError, ValueError, yaml.YAMLError, KeyError,
+            IndexError, TypeError) as err:
+        raise ValueError(f"not a k0s join token ({type(err).__name__}); "
+                         "`k0s token create` printed something else") from None
+    token_id, dot, _secret = str(bearer).partition(".")
+    if not dot or not token_id:
+        raise ValueError("not a k0s join token: its bearer token is not <id>.<secret>")
+    return token_id
+
+
+def k0s_install_plan(controllers: list[str], installed: dict[str, Any], host: str,
+                     flags_current: Any, cas: dict[str, Any]) -> dict[str, Any]:
+    """What `host` does: its tenant's bootstrap controller (k0s_bootstrap_controller: the
+    first that holds the tenant's CA), and an action:
+
+    - bootstrap: no controller of the tenant holds a CA and this is the first one: start
+      without a token (k0s makes a new CA; tasks/first_start.yml refuses that over a prefix
+      holding data unless it is a takeover). `--force` where a unit is there already (a
+      controller whose join never worked).
+    - join: no k0s here; install with a token made on the bootstrap controller.
+    - rejoin: k0s is installed here but this controller holds no CA (its join failed, e.g.
+      on an expired token, and k0s exits at every start): `k0s install controller --force`
+      with a fresh token, then a restart. Never started without a token.
+    - reinstall: k0s is here, with its CA, but was installed with other flags (or the unit
+      was changed since, or the install was never recorded: the role records it once the
+      controller is ready): `k0s install controller --force`, then a rolling restart.
     - none.
+
+    ``token``: the install uses a join token; ``force``: `--force` (a unit is there).
     """
     if host not in controllers:
         raise ValueError(f"k0s install plan: '{host}' is not among its tenant's controllers "
                          f"({', '.join(controllers)}); list it under the tenant's controllers")
-    bootstrap = k0s_bootstrap_controller(controllers, installed)
-    if not _as_bool(f"whether k0s is installed on '{host}'", installed.get(host)):
-        action = "bootstrap" if host == bootstrap else "join"
-    elif host != bootstrap and not _as_bool(f"whether '{host}' holds the cluster CA", joined):
+    bootstrap = k0s_bootstrap_controller(controllers, cas)
+    here = _as_bool(f"whether k0s is installed on '{host}'", installed.get(host))
+    has_ca = _as_bool(f"whether '{host}' holds the tenant's CA", cas.get(host))
+    if host == bootstrap and not has_ca:
+        action = "bootstrap"
+    elif not here:
+        action = "join"
+    elif not has_ca:
         action = "rejoin"
     elif not _as_bool(f"whether '{host}' was installed with these flags", flags_current):
         action = "reinstall"
     else:
         action = "none"
-    return {"bootstrap": bootstrap, "action": action, "token": action in ("join", "rejoin")}
+    return {"bootstrap": bootstrap, "action": action, "token": action in ("join", "rejoin"),
+            "force": here and action != "none"}
 
 
 class FilterModule:
@@ -149,4 +183,5 @@ class FilterModule:
             "k0s_install_flag_errors": k0s_install_flag_errors,
             "k0s_bootstrap_controller": k0s_bootstrap_controller,
             "k0s_install_plan": k0s_install_plan,
+            "k0s_join_token_id": k0s_join_token_id,
         }
