@@ -201,7 +201,7 @@ def test_repo_root_matches() -> None:
 
 def test_status_health_port_follows_the_topology(tmp_path: Path) -> None:
     import yaml
-    from sandboxlib import report
+    from sandboxlib import etcdhttp
 
     data = base_topology()
     data["nodes"].append({"name": "e2", "groups": ["etcd"], "host": 12,
@@ -211,23 +211,23 @@ def test_status_health_port_follows_the_topology(tmp_path: Path) -> None:
     path = tmp_path / "t.yml"
     path.write_text(yaml.safe_dump(data))
     topo = topology.load(str(path))
-    assert [report.metrics_port(topo, topo.node(n)) for n in ("e1", "e2", "e3")] == [
-        report.METRICS_PORT, 12381, 0]
+    assert [etcdhttp.metrics_port(topo, topo.node(n)) for n in ("e1", "e2", "e3")] == [
+        etcdhttp.METRICS_PORT, 12381, 0]
     data["vars"] = {"etcd_metrics_port": 0}
     path.write_text(yaml.safe_dump(data))
-    assert report.metrics_port(topology.load(str(path)), topo.node("e1")) == 0
+    assert etcdhttp.metrics_port(topology.load(str(path)), topo.node("e1")) == 0
 
 
 def test_status_health_of_a_port_nobody_listens_on_is_unknown() -> None:
     import socket
 
-    from sandboxlib import report
+    from sandboxlib import etcdhttp
 
     with socket.socket() as s:   # a loopback port that was free a moment ago: refused
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert report.http_health("127.0.0.1", port, timeout=2) == ""
-    assert report.http_health("127.0.0.1", 0) == ""
+    assert etcdhttp.http_health("127.0.0.1", port, timeout=2) == ""
+    assert etcdhttp.http_health("127.0.0.1", 0) == ""
 
 
 def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO_ROOT, base_topology, load_plugin, run_module
-from sandboxlib import fingerprint
+from sandboxlib import fingerprint, record
 from sandboxlib.topology import load
 
 module = load_plugin("plugins/modules/sandbox_fingerprint.py")
@@ -154,14 +154,14 @@ def test_no_record_and_due_renewal_converge(sandbox_copy: tuple[Any, Path]) -> N
     assert "no record of a finished converge" in fingerprint.check(topo, "podman", given,
                                                                    {}).reasons[0]
     fingerprint.seal(topo, given, {})
-    sealed = json.loads((topo.state_dir / fingerprint.RECORD).read_text())
+    sealed = json.loads(record.path(topo).read_text())
     sealed["renew_after"], sealed["renew_file"] = 0, "pki/members/e1.crt"
-    (topo.state_dir / fingerprint.RECORD).write_text(json.dumps(sealed))
+    record.path(topo).write_text(json.dumps(sealed))
     reasons = fingerprint.check(topo, "podman", given, {}).reasons
     assert reasons[0] == ("certificate pki/members/e1.crt is within pki_renew_before_days (30) "
                           "of its expiry: it is re-issued"), reasons
-    fingerprint.forget(topo)
-    assert not (topo.state_dir / fingerprint.RECORD).exists()
+    record.forget(topo)
+    assert not record.path(topo).exists()
     # the same inputs: on to the nodes, whose containers this test never made
     assert sealed_check(topo, {"x": 1}) == [f"{n.name}: container missing" for n in topo.nodes]
 

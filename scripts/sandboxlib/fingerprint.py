@@ -7,9 +7,9 @@ converged to:
   plugins/modules/sandbox_fingerprint.py): the inputs below and the live state of everything
   the roles manage there (files' checksums, modes and owners; services; users; packages;
   with etcd RBAC, its users and roles);
-- on the control node, ``<state dir>/converged.json``: the same inputs, plus the digest of
-  the control node's own files (PKI, the stand-in's PKI, kubeconfigs, the SSH key) and when
-  the first certificate comes within ``pki_renew_before_days`` of its expiry.
+- on the control node, ``<state dir>/converged.json`` (record.py): the same inputs, plus the
+  digest of the control node's own files (PKI, the stand-in's PKI, kubeconfigs, the SSH key)
+  and when the first certificate comes within ``pki_renew_before_days`` of its expiry.
 
 ``up`` (podman, without ``--force``) first computes the inputs again, then in parallel runs
 the module's check on every node over SSH (one round trip each) and asks every member's
@@ -36,10 +36,9 @@ from typing import Any
 
 import yaml
 
-from . import apiserver, etcdbuild, inventory, remote, report
+from . import apiserver, etcdbuild, etcdhttp, inventory, record, remote
 from .topology import REPO_ROOT, Topology
 
-RECORD = "converged.json"            # in the state dir (the control node's record)
 NO_RECORD = ("no record of a finished converge on the control node (a first up, --force, or a "
              "converge or day-2 command since)")
 NODE_RECORD = "/var/lib/k0sbox/converged.json"
@@ -139,11 +138,6 @@ def first_expiry(topo: Topology) -> tuple[float, str] | None:
     return first
 
 
-def forget(topo: Topology) -> None:
-    """The next ``up`` converges (a command is about to change the sandbox)."""
-    (topo.state_dir / RECORD).unlink(missing_ok=True)
-
-
 def seal(topo: Topology, given: dict[str, str], extra: dict[str, Any]) -> None:
     """After a successful converge: the control node's record."""
     expiry = first_expiry(topo)
@@ -152,7 +146,7 @@ def seal(topo: Topology, given: dict[str, str], extra: dict[str, Any]) -> None:
             "nodes": [n.name for n in topo.nodes],
             "renew_after": expiry[0] - window if expiry else None,
             "renew_file": expiry[1] if expiry else "", "sealed_at": time.time()}
-    path = topo.state_dir / RECORD
+    path = record.path(topo)
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     path.chmod(0o600)
 
@@ -203,7 +197,7 @@ def check(topo: Topology, backend: str, given: dict[str, str],
     """Whether a converge with ``given`` inputs would find anything to change, and why."""
     res = Result()
     try:
-        sealed = json.loads((topo.state_dir / RECORD).read_text())
+        sealed = json.loads(record.path(topo).read_text())
     except (OSError, ValueError):
         res.reasons.append(NO_RECORD)
         return res
@@ -224,11 +218,11 @@ def check(topo: Topology, backend: str, given: dict[str, str],
         res.reasons += down
         return res
     targets = remote.targets(topo, backend)
-    members = [n for n in topo.nodes if "etcd" in n.groups and report.metrics_port(topo, n)]
+    members = [n for n in topo.nodes if "etcd" in n.groups and etcdhttp.metrics_port(topo, n)]
     with ThreadPoolExecutor(max_workers=len(targets) + len(members)) as pool:
         answers = dict(zip(targets, pool.map(_node_check, targets.values())))
         health = dict(zip([m.name for m in members], pool.map(
-            lambda m: report.http_health(m.address(backend), report.metrics_port(topo, m)),
+            lambda m: etcdhttp.http_health(m.address(backend), etcdhttp.metrics_port(topo, m)),
             members)))
     for node, answer in answers.items():
         if "error" in answer:

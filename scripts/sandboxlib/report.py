@@ -4,8 +4,8 @@ Used by ``scripts/sandbox status`` and at the end of ``scripts/sandbox up``. Eve
 is read-only and quick; it works when nothing is up (every node "not created").
 
 etcd's health is asked of every member directly, on its plain-HTTP metrics listener
-(``GET http://<member>:2381/health``, roles/etcd's ``etcd_metrics_port``: no certificate, no
-SSH, and a stopped member shows as such while the others still answer). Where no member
+(``GET http://<member>:2381/health``, roles/etcd's ``etcd_metrics_port``, etcdhttp.py: no
+certificate, no SSH, and a stopped member shows as such while the others still answer). Where no member
 answers there (the listener switched off with ``etcd_metrics_port: 0``, or the control node
 cannot reach the nodes' addresses) it falls back to ``etcdctl endpoint health --cluster`` on
 one member over SSH.
@@ -13,31 +13,22 @@ one member over SSH.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
 import shutil
 import subprocess
-import urllib.error
-import urllib.request
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from . import etcdbuild, remote, usage
+from . import etcdbuild, etcdhttp, remote, usage
 from .apiserver import API_PROBE
-from .topology import REPO_ROOT, Node, Topology
+from .topology import REPO_ROOT, Topology
 
-T = TypeVar("T")
 HEALTH_RE = re.compile(r"^(\S+) is (healthy|unhealthy)", re.MULTILINE)
 ETCD_PROBE = ("command -v etcdctl >/dev/null 2>&1 || { echo 'etcdctl: not installed'; exit 3; }; "
               "etcdctl endpoint health --cluster 2>&1")
-METRICS_PORT = 2381   # roles/etcd/defaults/main.yml: etcd_metrics_port
-# The nodes' addresses are local networks: never through an HTTP(S)_PROXY from the environment.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @dataclass
@@ -144,13 +135,13 @@ def collect(topo: Topology, backend: str, verified_since: float | None = None) -
     targets = remote.targets(topo, backend)
     members = [n.name for n in topo.group("etcd") if n.name in st.running]
     ctrls = [n.name for n in topo.group("k0s_controller") if n.name in st.running]
-    by_http = metrics_health(topo, backend, members)
-    figures = _ask_members(http_metrics, topo, backend, members)
+    by_http = etcdhttp.metrics_health(topo, backend, members)
+    figures = etcdhttp.ask_members(etcdhttp.http_metrics, topo, backend, members)
     st.etcd_db = {m: db_text(v) for m, v in figures.items() if db_text(v)}
-    st.quota = int(max((v.get(DB_METRICS[1], 0) for v in figures.values()), default=0))
+    st.quota = int(max((v.get(etcdhttp.DB_METRICS[1], 0) for v in figures.values()), default=0))
     if any(by_http.values()):
         st.etcd_health = {m: h or "unhealthy (no answer)" for m, h in by_http.items()}
-        ports = sorted({metrics_port(topo, topo.node(m)) for m in members})
+        ports = sorted({etcdhttp.metrics_port(topo, topo.node(m)) for m in members})
         st.etcd_source = f"/health on port {','.join(map(str, ports))}"
         members_ssh: list[str] = []
     else:
@@ -188,43 +179,6 @@ def collect(topo: Topology, backend: str, verified_since: float | None = None) -
     return st
 
 
-def metrics_port(topo: Topology, node: Node) -> int:
-    """The member's plain-HTTP metrics port as the etcd role sets it; 0 when it is off or
-    set by a template the CLI cannot evaluate."""
-    for where in (node.vars, topo.vars):
-        if "etcd_metrics_port" in where:
-            try:
-                return int(where["etcd_metrics_port"] or 0)
-            except (TypeError, ValueError):
-                return 0
-    return METRICS_PORT
-
-
-def http_health(host: str, port: int, timeout: float = 3.0) -> str:
-    """'healthy' or 'unhealthy' as etcd's /health says it ({"health":"true"}; 503 with
-    "false" when the member has no leader or cannot serve a read), '' when nothing answers."""
-    if not port:
-        return ""
-    try:
-        with _DIRECT.open(f"http://{host}:{port}/health", timeout=timeout) as resp:
-            body = resp.read()
-    except urllib.error.HTTPError as err:   # 503: etcd answered, unhealthy
-        body = err.read()
-    except (OSError, ValueError, http.client.HTTPException):
-        return ""
-    try:
-        doc = json.loads(body)
-        health, reason = doc.get("health"), doc.get("reason", "")
-    except (ValueError, AttributeError):
-        return ""
-    if str(health).lower() == "true":
-        return "healthy"
-    return f"unhealthy ({reason})" if reason else "unhealthy"   # 3.5+: "ALARM NOSPACE"
-
-
-DB_METRICS = ("etcd_mvcc_db_total_size_in_bytes", "etcd_server_quota_backend_bytes")
-
-
 def size(n: float) -> str:
     for unit in ("B", "kB", "MB"):
         if n < 1000:
@@ -233,55 +187,18 @@ def size(n: float) -> str:
     return f"{n:.1f} GB"
 
 
-def http_metrics(host: str, port: int, timeout: float = 3.0) -> dict[str, float]:
-    """The member's database size and backend quota from its /metrics (DB_METRICS -> value),
-    {} when nothing answers."""
-    if not port:
-        return {}
-    try:
-        with _DIRECT.open(f"http://{host}:{port}/metrics", timeout=timeout) as resp:
-            text = resp.read().decode(errors="replace")
-    except (OSError, ValueError, http.client.HTTPException):
-        return {}
-    values = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name in DB_METRICS:
-            try:
-                values[name] = float(value)
-            except ValueError:
-                pass
-    return values
-
-
 def db_text(values: dict[str, float]) -> str:
     """"1.2 MB of 2.1 GB" (database size of quota), '' without the size."""
-    if DB_METRICS[0] not in values:
+    if etcdhttp.DB_METRICS[0] not in values:
         return ""
-    quota = values.get(DB_METRICS[1])
-    return size(values[DB_METRICS[0]]) + (f" of {size(quota)}" if quota else "")
+    quota = values.get(etcdhttp.DB_METRICS[1])
+    return size(values[etcdhttp.DB_METRICS[0]]) + (f" of {size(quota)}" if quota else "")
 
 
 def http_db(host: str, port: int, timeout: float = 3.0) -> str:
     """The member's database size and backend quota ("1.2 MB of 2.1 GB"), '' when nothing
     answers."""
-    return db_text(http_metrics(host, port, timeout))
-
-
-def _ask_members(fn: Callable[[str, int], T], topo: Topology, backend: str,
-                 members: list[str]) -> dict[str, T]:
-    """``fn(address, metrics port)`` for every running member at once."""
-    if not members:
-        return {}
-    with ThreadPoolExecutor(max_workers=len(members)) as pool:
-        futures = {m: pool.submit(fn, topo.node(m).address(backend),
-                                  metrics_port(topo, topo.node(m))) for m in members}
-        return {m: f.result() for m, f in futures.items()}
-
-
-def metrics_health(topo: Topology, backend: str, members: list[str]) -> dict[str, str]:
-    """Every running member's /health, asked at once; '' for a member that did not answer."""
-    return _ask_members(http_health, topo, backend, members)
+    return db_text(etcdhttp.http_metrics(host, port, timeout))
 
 
 def table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> str:

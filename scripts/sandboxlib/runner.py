@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import fingerprint
+from . import record
 from .progress import PlaybookView, Screen
 from .topology import REPO_ROOT, Topology
 
@@ -95,7 +95,7 @@ READ_ONLY = ("verify", "status")
 def run_context(topo: Topology, command: str, out: TextIO | None = None) -> Iterator[RunContext]:
     """A log file for ``command`` and a FIFO whose events are shown on ``out`` (stdout)."""
     if command not in READ_ONLY:
-        fingerprint.forget(topo)   # it may change the sandbox: the next `up` converges
+        record.forget(topo)   # it may change the sandbox: the next `up` converges
     logs = topo.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
