@@ -113,6 +113,20 @@ def test_step_reports_its_detail_or_its_failure() -> None:
     ]
 
 
+def test_a_phase_cut_short_says_why() -> None:
+    """A playbook that ends inside a phase: the CLI says why (the run was interrupted)."""
+    for why, shown in (("interrupted", "(interrupted)"),
+                       ("the playbook ended", "(the playbook ended)")):
+        out = io.StringIO()
+        screen = Screen(out, tty=False)
+        view = PlaybookView(screen)
+        for ev in SITE[:2]:   # the playbook, its first phase started
+            view.handle(ev)
+        view.close(*([why] if why != "the playbook ended" else []))
+        screen.close()
+        assert out.getvalue().splitlines()[-1].endswith(f"failed=1 {shown}"), out.getvalue()
+
+
 def test_live_line_fits_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "40")
     out = io.StringIO()

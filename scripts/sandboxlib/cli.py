@@ -15,6 +15,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from . import (
     remote,
     report,
     runner,
+    sessions,
     specs,
 )
 from .context import (
@@ -417,12 +419,15 @@ def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; a reader that went away (``status | head``) ends it quietly with
-    141 (128 + SIGPIPE, what a shell reports for a writer killed by the closed pipe)."""
+    141 (128 + SIGPIPE, what a shell reports for a writer killed by the closed pipe). SIGTERM
+    ends it as Ctrl-C does: the playbook it waits for ends with it (sessions.py)."""
+    old_handler = signal.signal(signal.SIGTERM, sessions.terminated)
     try:
         try:
             return _main(argv)
         finally:
             sys.stdout.flush()
+            signal.signal(signal.SIGTERM, old_handler)
     except BrokenPipeError:
         # Python would report the unflushed rest again at exit: point stdout at /dev/null.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -444,6 +449,9 @@ def _main(argv: list[str] | None) -> int:
     except (Failure, runner.CommandFailed, remote.RemoteError) as exc:
         print(f"sandbox: error: {exc}", file=sys.stderr)
         return 1
+    except sessions.Interrupted as exc:   # while a child ran: it ended too, the message says
+        print(f"sandbox: {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print("sandbox: interrupted", file=sys.stderr)
         return 130

@@ -211,13 +211,15 @@ class PlaybookView:
                   else "nothing to do here")
         if bad:
             f = self.failure or {}
-            detail += f" failed={bad}" + (f" ({f.get('task')} on {f.get('host')})" if f else "")
+            where = f" on {f['host']}" if f.get("host") else ""
+            detail += f" failed={bad}" + (f" ({f.get('task')}{where})" if f else "")
         self.screen.end(self._label(), time.monotonic() - self.t0, detail, ok=not bad)
         self.t0 = 0.0
 
-    def close(self) -> None:
-        """The stream ended (the playbook finished or died): close a phase left open."""
+    def close(self, why: str = "the playbook ended") -> None:
+        """The stream ended (the playbook finished, died or was ended: ``why``): close a phase
+        left open."""
         if self.t0:
-            self.failure = self.failure or {"task": "the playbook ended", "host": "-"}
+            self.failure = self.failure or {"task": why}
             self.counts["failed"] = self.counts.get("failed", 0) + 1
             self._end_phase()

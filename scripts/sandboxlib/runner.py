@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import record
+from . import record, sessions
 from .progress import PlaybookView, Screen
 from .topology import REPO_ROOT, Topology
 
@@ -112,14 +112,20 @@ def run_context(topo: Topology, command: str, out: TextIO | None = None) -> Iter
         os.mkfifo(fifo, 0o600)
         reader = threading.Thread(target=_read_events, args=(fifo, view), daemon=True)
         reader.start()
+        ended = "the playbook ended"
         try:
             yield RunContext(log_path=log_path, progress_file=fifo, t0=time.time(),
                              screen=screen)
+        except sessions.Interrupted as exc:   # the message names the log, the log says it
+            ended, exc.log = "interrupted", str(log_path)
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write(f"\n# scripts/sandbox: {exc}\n")
+            raise
         finally:
             with open(fifo, "w", encoding="utf-8") as fh:
                 fh.write(_EOF + "\n")
             reader.join(timeout=10)
-            view.close()
+            view.close(ended)
             screen.close()
 
 
@@ -220,9 +226,9 @@ def run_playbook(ctx: RunContext, topo: Topology, backend: str, playbook: str,
         with open(ctx.log_path, "a", encoding="utf-8") as log:
             log.write(f"\n$ {' '.join(cmd)}\n")
             log.flush()
-            rc = subprocess.run(cmd, cwd=REPO_ROOT, env=ctx.env(backend, result_file),
-                                stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, check=False).returncode
+            rc = sessions.run(cmd, f"playbooks/{playbook}", cwd=REPO_ROOT,
+                              env=ctx.env(backend, result_file), stdin=subprocess.DEVNULL,
+                              stdout=log, stderr=subprocess.STDOUT)
         if rc != 0:
             raise CommandFailed(_reason(result_file, f"playbooks/{playbook}", rc,
                                         ctx.log_path))
@@ -245,19 +251,21 @@ def beside(ctx: RunContext, topo: Topology, backend: str, playbook: str,
         log.write(f"\n$ {' '.join(cmd)}   # {what}, beside the next step\n")
         log.flush()
         env = {**ctx.env(backend, result_file), "SANDBOX_PROGRESS_FILE": os.devnull}
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = sessions.start(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
+                              stdout=log, stderr=subprocess.STDOUT)
+    label = f"playbooks/{playbook} ({what})"
     try:
         try:
             yield
+        except KeyboardInterrupt as exc:   # Ctrl-C or SIGTERM: this run ends with the step
+            raise sessions.interrupted(exc, proc, label) from None
         finally:
-            rc = proc.wait()
+            rc = sessions.wait(proc, label)
             with open(ctx.log_path, "a", encoding="utf-8") as out:
                 out.write(log_path.read_text(encoding="utf-8", errors="replace"))
             log_path.unlink(missing_ok=True)
         if rc != 0:
-            raise CommandFailed(_reason(result_file, f"playbooks/{playbook} ({what})", rc,
-                                        ctx.log_path))
+            raise CommandFailed(_reason(result_file, label, rc, ctx.log_path))
         ctx.screen.end(what, time.time() - t0, "beside the nodes")
     finally:
         result_file.unlink(missing_ok=True)
