@@ -137,6 +137,19 @@ def _token(bearer: str) -> str:
     return base64.b64encode(gzip.compress(yaml.safe_dump(kubeconfig).encode())).decode()
 
 
+def test_controller_states_take_the_probe_then_the_stat_of_that_path() -> None:
+    ca = "/var/lib/k0s/pki/ca.crt"
+    stats = [{"item": ["b", UNIT], "stat": {"exists": True}},
+             {"item": ["b", ca], "stat": {"exists": False}},
+             {"item": ["c", ca], "skipped": True}]
+    probed = [True, "unknown", "unknown"]
+    assert k0s.k0s_controller_states(["a", "b", "c"], probed, stats, UNIT) == \
+        {"a": True, "b": True, "c": "unknown"}
+    assert k0s.k0s_controller_states(["a", "b", "c"], probed, stats, ca) == \
+        {"a": True, "b": False, "c": "unknown"}
+    assert k0s.k0s_controller_states(["a"], [False], [], "") == {"a": False}
+
+
 def test_join_token_id_is_what_k0s_token_invalidate_takes() -> None:
     """Fault 4 of issue 36: the role invalidates each join token after its use by id."""
     assert k0s.k0s_join_token_id(_token("abc123.0123456789abcdef") + "\n") == "abc123"

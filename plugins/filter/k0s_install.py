@@ -137,6 +137,20 @@ def k0s_join_token_id(token: str) -> str:
     return token_id
 
 
+def k0s_controller_states(controllers: list[str], probed: list[Any], stats: list[Any],
+                          path: str) -> dict[str, Any]:
+    """Per controller of a tenant, in its order: what this play's probe found (``probed``, a
+    value per controller: true/false, or "unknown" where the play did not probe it), else
+    whether the stat of ``path`` on it found the file (``stats``: the results of a looped
+    stat over (controller, path) pairs, as tasks/plan.yml registers it), else "unknown"."""
+    states: dict[str, Any] = dict(zip(controllers, probed))
+    for result in stats or []:
+        host, stat_path = result["item"]
+        if stat_path == path and "stat" in result:
+            states[host] = bool(result["stat"].get("exists"))
+    return states
+
+
 def k0s_install_plan(controllers: list[str], installed: dict[str, Any], host: str,
                      flags_current: Any, cas: dict[str, Any]) -> dict[str, Any]:
     """What `host` does: its tenant's bootstrap controller (k0s_bootstrap_controller: the
@@ -182,6 +196,7 @@ class FilterModule:
         return {
             "k0s_install_flag_errors": k0s_install_flag_errors,
             "k0s_bootstrap_controller": k0s_bootstrap_controller,
+            "k0s_controller_states": k0s_controller_states,
             "k0s_install_plan": k0s_install_plan,
             "k0s_join_token_id": k0s_join_token_id,
         }
