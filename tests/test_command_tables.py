@@ -44,16 +44,35 @@ def test_the_tables_list_exactly_the_parsers_commands(doc: str, heading: str) ->
 
 @pytest.mark.parametrize("command", sorted(day2.COMMANDS))
 def test_day2_help_and_options_come_from_the_entry_point(command: str) -> None:
-    ref = day2.ENTRY_POINTS[command]
+    row = day2.COMMANDS[command]
     parser = parser_commands()[command]
-    assert parser.description == specs.summary(ref)
+    assert parser.description == specs.summary(row.entry)
     actions = {a.dest: a for a in parser._actions}
-    for variable, _flags, extra in day2.ARGUMENTS.get(command, []):
-        spec = specs.option(ref, variable)
-        assert actions[variable].help == " ".join(spec["description"].split()), variable
+    assert [a.variable for a in row.arguments] == [
+        a.dest for a in parser._actions if a.dest not in ("help", "topology", "backend", "verbose")]
+    for arg in row.arguments:
+        if arg.plain:   # a confirmation no spec declares: its help is the row's
+            assert actions[arg.variable].help == arg.help, arg.variable
+            continue
+        spec = specs.option(arg.entry or row.entry, arg.variable)
+        assert actions[arg.variable].help == (arg.help or " ".join(spec["description"].split())), \
+            arg.variable
         if spec.get("type") == "bool":
-            assert isinstance(actions[variable], argparse._StoreTrueAction), variable
-        assert actions[variable].required == bool(spec.get("required")) or not _flags
+            assert isinstance(actions[arg.variable], argparse._StoreTrueAction), arg.variable
+        assert actions[arg.variable].required == bool(spec.get("required")) or \
+            not arg.flags or arg.required is False
+
+
+def test_a_tenant_variant_is_a_row_selected_by_its_option() -> None:
+    """backup, restore and reset --tenant: a row of the command's, whose selector is the
+    command's --tenant option and whose cluster-wide-only flags are the command's."""
+    for row in day2.DAY2:
+        flags = {f: a.variable for a in row.arguments for f in a.flags}
+        for variant in row.variants:
+            assert variant.name == row.name
+            assert flags["--tenant"] == variant.selector, row.name
+            assert set(variant.alone) <= set(flags), row.name
+    assert sorted(r.name for r in day2.DAY2 if r.variants) == ["backup", "reset", "restore"]
 
 
 def test_a_value_the_spec_refuses_is_refused_naming_the_input() -> None:

@@ -78,7 +78,7 @@ def test_the_reserved_lists_follow_the_inventory_and_the_commands(
     derived = set(built["vars"]) | {k for hv in built["hosts"].values() for k in hv}
     missing = {k for k in derived - {"etcd_rbac"} if not k.startswith("ansible_")} - set(topology.DERIVED_VARS)
     assert not missing, f"inventory.build sets {missing}: add them to topology.DERIVED_VARS"
-    refs = {*day2.ENTRY_POINTS.values(), day2.TENANT_BACKUP, day2.TENANT_RESTORE}
+    refs = day2.entry_points()
     inputs = {k for ref in refs for k in (specs.entry(ref).get("options") or {})}
     assert topology.COMMAND_INPUTS == inputs | {"sandbox_nodes_state"}
 
