@@ -132,12 +132,13 @@ def test_agent_parses_etcdctl_json() -> None:
     txn_ok = {"header": {"revision": 5}, "succeeded": True,
               "responses": [{"Response": {"response_put": {"header": {"revision": 5}}}}]}
     agent = Agent.__new__(Agent)
-    assert agent.result("cas", txn_failed) == {"succeeded": False, "found": True,
+    # A failed compare or a delete of nothing keeps the header revision it was served at.
+    assert agent.result("cas", txn_failed) == {"succeeded": False, "header": 2, "found": True,
                                                "value": "v1", "rev": 2}
-    assert agent.result("cas", txn_absent) == {"succeeded": False, "found": False}
+    assert agent.result("cas", txn_absent) == {"succeeded": False, "header": 3, "found": False}
     assert agent.result("cas", txn_ok) == {"succeeded": True, "rev": 5}
     assert agent.result("read", {"header": {"revision": 3}}) == {"header": 3, "found": False}
-    assert agent.result("delete", {"header": {"revision": 3}}) == {"deleted": 0}
+    assert agent.result("delete", {"header": {"revision": 3}}) == {"deleted": 0, "header": 3}
     assert agent.result("delete", {"header": {"revision": 3}, "deleted": 1}) == {
         "deleted": 1, "rev": 3}
 

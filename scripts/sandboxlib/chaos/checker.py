@@ -13,6 +13,10 @@ sub-history that shows it.
   with the acknowledged writes of the watched prefix up to the end marker (a gap that etcd
   or the API server reported -- compaction, 410 Expired -- is counted, not an anomaly), and
   the end marker reached.
+- **The global revision order** of each tenant's etcd clients, across keys (revisions.py):
+  writes in real-time order get increasing revisions, no two share one, header revisions
+  never go back, a read shows the last write at or below its header revision, a write of
+  unknown outcome a read saw took a free revision.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import linearizability
+from . import linearizability, revisions
 from .history import History, Op, Watch
 
 # Each search gives up (an "inconclusive" key, which fails the run as an anomaly would)
@@ -56,6 +60,7 @@ class Report:
     watch_events: int = 0
     reported_gaps: int = 0
     inconclusive: int = 0
+    revision_ops: int = 0         # operations checked against the global revision order
     total_seconds: float = 0.0
 
     @property
@@ -344,6 +349,12 @@ def check_watch(hist: History, w: Watch, report: Report, foreign: Callable[[str]
             w.events[-3:])
 
 
+def check_revisions(hist: History, report: Report) -> None:
+    findings, report.revision_ops = revisions.check(hist)
+    report.anomalies += [Anomaly(f.type, f.where, f.message, ops=[_op_json(o) for o in f.ops])
+                         for f in findings]
+
+
 def check(hist: History) -> Report:
     """Every check on ``hist``; ``hist.meta`` gives each tenant's etcd prefix ("prefixes")
     and the etcd key prefix its API server stores the run's custom resources under
@@ -353,6 +364,7 @@ def check(hist: History) -> Report:
     check_linearizable(hist, report)
     check_serializable(hist, report)
     check_lost_writes(hist, report)
+    check_revisions(hist, report)
     prefixes: dict[str, str] = hist.meta.get("prefixes", {})
     api_keys: dict[str, str] = hist.meta.get("api_keys", {})
     names: dict[str, str] = hist.meta.get("api_names", {})

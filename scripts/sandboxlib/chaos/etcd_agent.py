@@ -130,10 +130,12 @@ class Agent:
             return {"header": header, **(self.kv_of(out) or {"found": False})}
         if kind == "delete":
             deleted = int(out.get("deleted", 0))
-            return {"deleted": deleted, **({"rev": header} if deleted else {})}
+            # deleted nothing: no new revision, the header is the one it was served at
+            return {"deleted": deleted, **({"rev": header} if deleted else {"header": header})}
         if out.get("succeeded"):
             return {"succeeded": True, "rev": header}
-        return {"succeeded": False, **(self.kv_of(out.get("responses")) or {"found": False})}
+        return {"succeeded": False, "header": header,
+                **(self.kv_of(out.get("responses")) or {"found": False})}
 
     def client(self, index: int) -> None:
         rng = random.Random(f"{self.cfg['seed']}-{index}")

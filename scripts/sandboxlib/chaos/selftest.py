@@ -6,7 +6,8 @@ per-key mod revisions): each operation takes effect at a linearization point ins
 with operations of unknown outcome (applied or not, their answer lost), serializable reads, and
 a final read of every key. ``mutate`` then changes ONE operation so that the history cannot
 be linearizable any more (a stale read, a read of a value never written, a compare-and-swap
-that succeeds on an old revision, a lost update), and says which; ``drop_watch_event`` makes
+that succeeds on an old revision, a lost update, a read served below the revision of a write
+to another key answered before it: a header revision going back), and says which; ``drop_watch_event`` makes
 a watch gap. ``run`` checks some of each and measures the checker's speed.
 """
 
@@ -20,7 +21,8 @@ from typing import Any
 from . import checker
 from .history import History, Op, Watch, WatchEvent
 
-MUTATIONS = ("stale-read", "unwritten-value", "cas-old-revision", "lost-update")
+MUTATIONS = ("stale-read", "unwritten-value", "cas-old-revision", "lost-update",
+             "header-backwards")
 
 
 def generate(rng: random.Random, n_ops: int, n_keys: int = 8, n_procs: int = 4,
@@ -53,6 +55,8 @@ def generate(rng: random.Random, n_ops: int, n_keys: int = 8, n_procs: int = 4,
             op.consistency = "s" if roll >= 0.95 else "l"
             op.result = ({"found": True, "value": cur[0], "rev": cur[1]} if cur
                          else {"found": False})
+            if iface == "etcd":
+                op.result["header"] = rev  # served at the current revision
         else:
             unknown = rng.random() < p_unknown
             applied = not unknown or rng.random() < 0.5
@@ -67,6 +71,7 @@ def generate(rng: random.Random, n_ops: int, n_keys: int = 8, n_procs: int = 4,
                 if not ok and not unknown:
                     op.result = {"succeeded": False}
                     if iface == "etcd":
+                        op.result.update(header=rev)
                         op.result.update({"found": True, "value": cur[0], "rev": cur[1]}
                                          if cur else {"found": False})
             elif roll < 0.85:
@@ -78,7 +83,7 @@ def generate(rng: random.Random, n_ops: int, n_keys: int = 8, n_procs: int = 4,
                 op.kind = "delete"
                 ok = cur is not None
                 if not ok and not unknown:
-                    op.result = {"deleted": 0}
+                    op.result = {"deleted": 0, **({"header": rev} if iface == "etcd" else {})}
             if unknown:
                 op.outcome, op.complete = "unknown", None
                 op.result = {}
@@ -100,8 +105,10 @@ def generate(rng: random.Random, n_ops: int, n_keys: int = 8, n_procs: int = 4,
     for j, (key, cur) in enumerate(sorted(state.items())):
         hist.ops.append(Op(id=n_ops + j, process=f"{tenant}/final", tenant=tenant, iface=iface,
                            kind="read", key=key, invoke=end + j, complete=end + j + 0.1,
-                           outcome="ok", result=({"found": True, "value": cur[0], "rev": cur[1]}
-                                                 if cur else {"found": False})))
+                           outcome="ok", result={
+                               **({"header": rev} if iface == "etcd" else {}),
+                               **({"found": True, "value": cur[0], "rev": cur[1]} if cur
+                                  else {"found": False})}))
     hist.watches.append(Watch(name=f"{tenant}/{iface}-watch", tenant=tenant, iface=iface,
                               prefix=f"/{tenant}/" if iface == "etcd" else "registers",
                               start_rev=100,
@@ -154,6 +161,17 @@ def mutate(rng: random.Random, hist: History, kind: str) -> Op | None:
                 w, _ = rng.choice(pairs)
                 c.expected = w.result["rev"]
                 return c
+        return None
+    if kind == "header-backwards":
+        # A read served below the revision of a write answered before it was invoked: only
+        # the global revision order (revisions.py) sees it, the key's own search does not.
+        reads = [o for o in ops if o.kind == "read" and o.consistency == "l"
+                 and o.iface == "etcd" and o.outcome == "ok" and o.result.get("header")]
+        for r in rng.sample(reads, len(reads)):
+            before = [o.result["rev"] for o in acked if _before(o, r) and o.key != r.key]
+            if before and max(before) > 1:
+                r.result["header"] = max(before) - 1
+                return r
         return None
     if kind == "lost-update":
         cas = [o for o in acked if o.kind == "cas"]
