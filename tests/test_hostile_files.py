@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import base_topology, podman_usable, run_sandbox
+import yaml
+from conftest import REPO_ROOT, base_topology, podman_usable, run_sandbox
 from sandboxlib import day2, inventory, specs, topology
 
 
@@ -73,14 +74,20 @@ def test_a_topology_still_sets_role_variables(write_topology: Callable[..., Path
 def test_the_reserved_lists_follow_the_inventory_and_the_commands(
         write_topology: Callable[..., Path]) -> None:
     """Every variable the inventory derives is refused in vars (but etcd_rbac, a documented
-    knob), and COMMAND_INPUTS is every option of the day-2 commands' entry points."""
+    knob), and command_inputs() is every option of the day-2 commands' entry points."""
     built = inventory.build(topology.load(write_topology(base_topology())), "podman")
     derived = set(built["vars"]) | {k for hv in built["hosts"].values() for k in hv}
     missing = {k for k in derived - {"etcd_rbac"} if not k.startswith("ansible_")} - set(topology.DERIVED_VARS)
     assert not missing, f"inventory.build sets {missing}: add them to topology.DERIVED_VARS"
     refs = day2.entry_points()
     inputs = {k for ref in refs for k in (specs.entry(ref).get("options") or {})}
-    assert topology.COMMAND_INPUTS == inputs | {"sandbox_nodes_state"}
+    assert topology.command_inputs() == inputs | {"sandbox_nodes_state"}
+    # every entry point but a role's main is a row's (so a new command's inputs are refused
+    # in a topology without a list to extend)
+    specs_on_disk = {f"{p.parent.parent.name}/{name}"
+                     for p in (REPO_ROOT / "roles").glob("*/meta/argument_specs.yml")
+                     for name in yaml.safe_load(p.read_text())["argument_specs"] if name != "main"}
+    assert specs_on_disk == refs
 
 
 @pytest.mark.skipif(podman_usable() is not None, reason=str(podman_usable()))

@@ -11,25 +11,14 @@ them (:func:`argument`, :func:`check`), so a day-2 input is described once.
 from __future__ import annotations
 
 import argparse
-import functools
 from typing import Any
 
-import yaml
-
+from .argspecs import entry_points
 from .context import UsageError
 from .topology import REPO_ROOT
 
 # argparse type names of the spec types a day-2 input may have.
 SCALAR = {"str": str, "path": str, "int": int}
-
-
-@functools.cache
-def entry_points(role: str) -> dict[str, Any]:
-    """A role's argument_specs: entry point -> {short_description, options}."""
-    path = REPO_ROOT / "roles" / role / "meta" / "argument_specs.yml"
-    # libyaml's loader where PyYAML has it: 7x faster, and every command reads these files
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return (yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or {}).get("argument_specs") or {}
 
 
 def entry(ref: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from . import argspecs
 from . import sandbox_tenants as tenant_rules
 from .sandbox_tenants import normalize_prefix
 
@@ -45,19 +46,15 @@ DERIVED_VARS = {
     "sandbox_container": "the topology's and the node's names",
     "k0s_tenant": "the controllers of tenants",
 }
-# A day-2 command's inputs (the options of its argument-spec entry point; down's
-# sandbox_nodes_state): given on its command line for one run, never standing in a topology,
-# where etcd_restore_foreign or k0s_restore_force gave every later restore that consent.
-# tests/test_hostile_files.py keeps this list equal to the entry points' options.
-COMMAND_INPUTS = frozenset({
-    "etcd_backup_dir", "etcd_backup_member", "etcd_backup_stamp", "etcd_defrag_compact",
-    "etcd_remove_members", "etcd_replace_force", "etcd_replace_member", "etcd_restore_file",
-    "etcd_restore_foreign", "etcd_restore_keep_old", "etcd_takeover_file",
-    "etcd_takeover_replace_all", "etcd_takeover_tenant", "etcd_upgrade_to", "reset_pki",
-    "reset_tenant", "k0s_backup_dir", "k0s_backup_stamp", "k0s_backup_tenant", "k0s_restore_as",
-    "k0s_restore_file", "k0s_restore_force", "k0s_restore_tenant", "k0s_restore_txn_ops",
-    "sandbox_nodes_state",
-})
+# A day-2 command's inputs (argspecs.command_inputs(): the options of its argument-spec entry
+# point; and down's sandbox_nodes_state): given on its command line for one run, never
+# standing in a topology, where etcd_restore_foreign or k0s_restore_force gave every later
+# restore that consent.
+COMMAND_VARS = frozenset({"sandbox_nodes_state"})
+
+
+def command_inputs() -> frozenset[str]:
+    return argspecs.command_inputs() | COMMAND_VARS
 
 
 class TopologyError(ValueError):
@@ -135,14 +132,14 @@ def _require(cond: bool, msg: str) -> None:
 
 
 def _own_vars(where: str, variables: dict[str, Any]) -> None:
-    """Refuse a variable of DERIVED_VARS, COMMAND_INPUTS or Ansible's connection (ansible_*)
+    """Refuse a variable of DERIVED_VARS, command_inputs() or Ansible's connection (ansible_*)
     in a topology's or a node's ``vars``, naming it and what to change instead."""
     for key in sorted(map(str, variables)):
         if key in DERIVED_VARS:
             raise TopologyError(f"{where}.{key}: the topology sets it from "
                                 f"{DERIVED_VARS[key]}; change that instead (in vars it would "
                                 "point this sandbox at another sandbox's nodes or files)")
-        if key in COMMAND_INPUTS:
+        if key in command_inputs():
             raise TopologyError(f"{where}.{key}: an input of a day-2 command, given on its "
                                 "command line for one run (scripts/sandbox <command> --help), "
                                 "not in a topology; remove it from vars")
