@@ -1,5 +1,6 @@
 """The command tables of README.md ("The commands") and docs/cli.md ("Commands") list
-exactly the commands scripts/sandbox's parser has, and each day-2 command's help and options
+exactly the commands scripts/sandbox's parser has, show each day-2 row's arguments and
+playbooks (scripts/sandboxlib/day2.py's DAY2), and each day-2 command's help and options
 are its operation's argument-spec entry point (roles/<role>/meta/argument_specs.yml)."""
 
 from __future__ import annotations
@@ -20,18 +21,24 @@ def parser_commands() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
+def table_rows(doc: str, heading: str) -> list[tuple[set[str], str]]:
+    """Each row of the table under heading: the commands its first column names (the first
+    word of each `code` span), and the whole row."""
+    text = (REPO / doc).read_text()
+    lines = text[text.index(heading):].splitlines()[1:]
+    rows = []
+    for line in lines[:next((i for i, x in enumerate(lines) if x.startswith("#")), len(lines))]:
+        if line.startswith("| `"):
+            rows.append(({s.split()[0] for s in re.findall(r"`([^`]+)`", line.split(" | ")[0])},
+                         line))
+    return rows
+
+
 def table_commands(doc: str, heading: str) -> set[str]:
     """The first word of every `code` span in the first column of the table under heading."""
-    text = (REPO / doc).read_text()
-    section = text[text.index(heading):]
-    rows = []
-    for line in section.splitlines()[1:]:
-        if line.startswith("#"):
-            break
-        if line.startswith("| `"):
-            rows.append(line.split(" | ")[0])
+    rows = table_rows(doc, heading)
     assert rows, f"no command table under {heading} in {doc}"
-    return {span.split()[0] for row in rows for span in re.findall(r"`([^`]+)`", row)}
+    return {name for names, _ in rows for name in names}
 
 
 @pytest.mark.parametrize(("doc", "heading"), [("README.md", "## The commands"),
@@ -40,6 +47,24 @@ def test_the_tables_list_exactly_the_parsers_commands(doc: str, heading: str) ->
     listed, parsed = table_commands(doc, heading), set(parser_commands())
     assert sorted(parsed - listed) == [], f"commands missing from {doc}'s table"
     assert sorted(listed - parsed) == [], f"{doc}'s table lists commands the CLI lacks"
+
+
+@pytest.mark.parametrize("command", sorted(day2.COMMANDS))
+def test_the_tables_say_each_day2_rows_usage_and_playbooks(command: str) -> None:
+    """From the row (day2.DAY2): docs/cli.md's first column shows each of its arguments
+    (every flag, each positional's metavar), README's rows for it name its playbooks (its
+    variants' too)."""
+    row = day2.COMMANDS[command]
+    usage = " ".join(line.split(" | ")[0] for names, line in table_rows("docs/cli.md", "## Commands")
+                     if command in names)
+    shown = [f for a in row.arguments for f in (a.flags[:1] or (a.metavar or a.variable,))]
+    assert [f for f in shown if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", usage)] == [], \
+        f"docs/cli.md's table does not show these arguments of {command}"
+    readme = " ".join(line for names, line in table_rows("README.md", "## The commands")
+                      if command in names)
+    playbooks = [r.playbook for r in (row, *row.variants)]
+    assert [p for p in playbooks if f"`{p}`" not in readme] == [], \
+        f"README's table does not name these playbooks of {command}"
 
 
 @pytest.mark.parametrize("command", sorted(day2.COMMANDS))
