@@ -65,10 +65,12 @@ def test_plan_full_quick_and_one_scenario() -> None:
     assert "ansible-lint" not in dict(serial)
     assert sorted(n for n, _ in heavy) == ["ansible-lint", "ansible-test sanity", "molecule etcd",
                                            "molecule lb", "pytest", "pytest attack-e2e",
-                                           "pytest collection-e2e",
+                                           "pytest cli-e2e", "pytest collection-e2e",
                                            "pytest vagrant-e2e"]
-    # the collection's e2e is a stage of its own, not also part of the pytest stage
+    # the collection's and the CLI's e2e are stages of their own, not also in the pytest stage
     assert testrun.COLLECTION_E2E in " ".join(dict(heavy)["pytest"])
+    assert f"--ignore={testrun.CLI_E2E}" in dict(heavy)["pytest"]
+    assert dict(heavy)["pytest cli-e2e"][1] == testrun.CLI_E2E
     serial, heavy = testrun.plan(_args("--quick"), known)
     assert heavy == [] and serial[-1][0] == "pytest" and "build-image" not in dict(serial)
     assert "ansible-lint" in dict(serial) and "ansible-test sanity" in dict(serial)
