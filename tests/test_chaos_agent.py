@@ -101,6 +101,7 @@ def test_agent_against_real_etcd(etcd: tuple[str, str]) -> None:
     w = hist.watches[0]
     acked = {(o.key, o.result["rev"]) for o in hist.ops if o.acknowledged}
     assert w.reached_end and acked <= {(e.key, e.rev) for e in w.events}
+    assert w.end_reason == "" and all(e.resp for e in w.events)   # atomicity checkable
     rep = checker.check(hist)
     assert rep.anomalies == [] and rep.ops_checked > 20
     # One linearizable read changed to an older value of its key: caught.
@@ -147,7 +148,7 @@ def test_agent_reads_watch_responses(capsys: pytest.CaptureFixture[str]) -> None
     # etcdctl 3.5.30 watch -w json: one response per line; a DELETE event has "type": 1.
     agent = Agent.__new__(Agent)
     agent.cfg = {"prefix": "/t/chaos/r/"}
-    agent.t0, agent.end_rev, agent.watch_last = time.time(), 0, 0
+    agent.t0, agent.end_rev, agent.watch_last, agent.responses = time.time(), 0, 0, 0
     agent.lock = threading.Lock()
     agent.end_seen = threading.Event()
     resp = {"Header": {"revision": 6}, "Events": [
@@ -155,11 +156,19 @@ def test_agent_reads_watch_responses(capsys: pytest.CaptureFixture[str]) -> None
         {"type": 1, "kv": {"key": "L3QvY2hhb3Mvci9r", "mod_revision": 6}},
         {"kv": {"key": "L3QvYXBp", "mod_revision": 6, "value": "eyJhIjoxfQ=="}}],
         "CompactRevision": 0, "Canceled": False, "Created": False}
-    assert agent.watch_response(resp, 5) == 7
+    assert agent.watch_line(json.dumps(resp) + "\n", 5) == 7
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [(e["key"], e["rev"], e["event"], e["value"]) for e in lines] == [
         ("/t/chaos/r/k", 5, "PUT", "v6"), ("/t/chaos/r/k", 6, "DELETE", None),
         ("/t/api", 6, "PUT", None)]           # values kept for the run's keys only
+    # the events of one response name it; the next response is another
+    assert {e["resp"] for e in lines} == {1}
+    assert agent.watch_line(json.dumps({**resp, "Events": resp["Events"][:1]}), 7) == 7
+    assert json.loads(capsys.readouterr().out)["resp"] == 2
+    # a progress notification, printed by etcdctl as text (watch_command.go:171-172)
+    assert agent.watch_line("progress notify: 9\n", 7) == 7
+    note = json.loads(capsys.readouterr().out)
+    assert (note["type"], note["rev"]) == ("progress", 9)
     compacted = {"Header": {"revision": 20}, "Events": [], "CompactRevision": 12,
                  "Canceled": True}
     assert agent.watch_response(compacted, 7) == 12

@@ -3,7 +3,8 @@
 A bounded workload through the tenants' own etcd certificates (etcd_agent.py) and their
 Kubernetes API servers (api.py), recorded as a history (history.py); faults injected on the
 sandbox's own etcd members and healed (nemesis.py); the history checked for linearizability
-per key, watch gaps and lost acknowledged writes (checker.py, linearizability.py, after the
+per key, etcd's global revision order (revisions.py), each watch as etcd's robustness tests
+check theirs (watches.py) and lost acknowledged writes (checker.py, linearizability.py, after the
 checker's self-test on generated histories, selftest.py); a report as text, JSON and a
 timeline picture (report.py). docs/reliability.md describes all of it.
 """
@@ -152,11 +153,22 @@ def run(args: argparse.Namespace) -> int:
     print(text)
     print(f"sandbox: chaos report in {sandbox_report.display_path(out)} (report.txt, "
           "report.json, timeline.png, history.json)")
-    if data["anomaly_count"] or rep.lost_writes or health:
-        raise Failure(f"chaos: {data['anomaly_count']} anomalies, {rep.lost_writes} lost "
-                      f"acknowledged writes, health at the end: {health or 'ok'} "
-                      f"(see {sandbox_report.display_path(out / 'report.txt')})")
+    why = verdict(rep, health)
+    if why:
+        raise Failure(f"{why} (see {sandbox_report.display_path(out / 'report.txt')})")
     return 0
+
+
+def verdict(rep: checker.Report, health: str) -> str:
+    """Why the run fails (its exit status), or "" when it passes: any anomaly (a watch that
+    never reached its end marker is one, named here with its reason), a lost acknowledged
+    write, an unhealthy cluster at the end."""
+    if not (rep.anomalies or rep.lost_writes or health):
+        return ""
+    stalled = "".join(f"; {a.where} stalled: {a.message}" for a in rep.anomalies
+                      if a.type == "watch-stalled")
+    return (f"chaos: {len(rep.anomalies)} anomalies, {rep.lost_writes} lost acknowledged "
+            f"writes, health at the end: {health or 'ok'}{stalled}")
 
 
 def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> None:

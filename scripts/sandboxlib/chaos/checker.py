@@ -8,11 +8,14 @@ sub-history that shows it.
   was written (by an operation invoked before the read returned) with that write's revision.
 - **Lost acknowledged writes**: a write the server acknowledged that no later operation could
   have overwritten, yet the key's final read (after the faults were healed) does not show.
-- **Watches**: events in increasing revision order, none outside the tenant's prefix (another
-  tenant's data), every value one a client wrote with its revision, none missing compared
-  with the acknowledged writes of the watched prefix up to the end marker (a gap that etcd
-  or the API server reported -- compaction, 410 Expired -- is counted, not an anomaly), and
-  the end marker reached.
+- **Watches** (watches.py, as etcd's robustness tests check theirs): each stream ordered,
+  unique, atomic per revision, resumed where it broke, true to its progress notifications,
+  none outside the tenant's prefix, every value one a client wrote (not one that certainly
+  failed) with its revision, none missing compared with the writes the history proves
+  committed up to the end marker (a gap that etcd or the API server reported -- compaction,
+  410 Expired -- is counted, not an anomaly), and the end marker reached. A watch event of a
+  write of unknown outcome is evidence that it committed at that revision (the revision
+  order below holds later reads to it).
 - **The global revision order** of each tenant's etcd clients, across keys (revisions.py):
   writes in real-time order get increasing revisions, no two share one, header revisions
   never go back, a read shows the last write at or below its header revision, a write of
@@ -27,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import linearizability, revisions
+from . import linearizability, revisions, watches
 from .history import History, Op, Watch
 
 # Each search gives up (an "inconclusive" key, which fails the run as an anomaly would)
@@ -287,70 +290,19 @@ def check_lost_writes(hist: History, report: Report, final: str = "final") -> No
                     "not what the final read shows", ops=[_op_json(w), _op_json(last)]))
 
 
-def expected_writes(hist: History, w: Watch,
-                    api_keys: dict[str, str]) -> dict[tuple[str, int], Op]:
-    """(key, revision) of every acknowledged write a watch must deliver."""
-    out: dict[tuple[str, int], Op] = {}
-    for op in hist.ops:
-        if op.tenant != w.tenant or not op.acknowledged:
-            continue
-        rev = op.result.get("rev")
-        if rev is None or rev <= w.start_rev or (w.end_rev is not None and rev > w.end_rev):
-            continue
-        if w.iface == "etcd":
-            key = op.key if op.iface == "etcd" else api_keys.get(op.tenant, "?") + op.key
-            if not key.startswith(w.prefix):
-                continue
-        elif op.iface != "api":
-            continue
-        else:
-            key = op.key
-        if any(g["from"] <= rev <= g["to"] for g in w.reported_gaps):
-            continue
-        out[(key, int(rev))] = op
-    return out
-
-
 def check_watch(hist: History, w: Watch, report: Report, foreign: Callable[[str], bool],
-                api_keys: dict[str, str]) -> None:
-    where = f"{w.tenant} {w.iface} watch {w.name}"
+                api_keys: dict[str, str], seen: dict[int, int]) -> None:
     report.watch_events += len(w.events)
     report.reported_gaps += len(w.reported_gaps)
-    values: dict[str, Op] = {o.value: o for o in hist.ops if o.value is not None
-                             and o.kind != "read" and o.tenant == w.tenant and o.iface == w.iface}
-
-    def bad(kind: str, msg: str, events: list[Any], ops: Sequence[Op] = ()) -> None:
-        report.anomalies.append(Anomaly(kind, where, msg, ops=[_op_json(o) for o in ops],
-                                        events=[asdict(e) for e in events]))
-
-    prev = None
-    for e in w.events:
-        if prev is not None and (e.rev < prev.rev or (e.rev == prev.rev and e.key == prev.key)):
-            bad("watch-order", f"revision {e.rev} after {prev.rev}", [prev, e])
-        prev = e
-        if foreign(e.key):
-            bad("watch-foreign", f"an event outside the tenant's {w.prefix}", [e])
-        if e.value is not None and e.value.startswith("chaos-"):
-            op = values.get(e.value)
-            if op is None:
-                bad("watch-unwritten-value", "an event with a value no client wrote", [e])
-            elif op.outcome == "ok" and op.result.get("rev") not in (None, e.rev):
-                bad("watch-revision", f"the event has revision {e.rev}, its write "
-                    f"{op.result.get('rev')}", [e], [op])
-    delivered = {(e.key, e.rev) for e in w.events}
-    missing = [(k, op) for k, op in expected_writes(hist, w, api_keys).items()
-               if k not in delivered]
-    for (key, rev), op in missing[:20]:
-        around = [e for e in w.events if abs(e.rev - rev) <= 3]
-        bad("watch-gap", f"the acknowledged write of {key} at revision {rev} never came",
-            around, [op])
-    if w.end_rev is not None and not w.reached_end:
-        bad("watch-stalled", f"the watch never delivered the end marker (revision {w.end_rev})",
-            w.events[-3:])
+    where = f"{w.tenant} {w.iface} watch {w.name}"
+    for f in watches.WatchCheck(hist, w, foreign, api_keys, seen).run():
+        report.anomalies.append(Anomaly(f.type, where, f.message,
+                                        ops=[_op_json(o) for o in f.ops],
+                                        events=[asdict(e) for e in f.events]))
 
 
-def check_revisions(hist: History, report: Report) -> None:
-    findings, report.revision_ops = revisions.check(hist)
+def check_revisions(hist: History, report: Report, seen: dict[int, int]) -> None:
+    findings, report.revision_ops = revisions.check(hist, seen)
     report.anomalies += [Anomaly(f.type, f.where, f.message, ops=[_op_json(o) for o in f.ops])
                          for f in findings]
 
@@ -364,7 +316,8 @@ def check(hist: History) -> Report:
     check_linearizable(hist, report)
     check_serializable(hist, report)
     check_lost_writes(hist, report)
-    check_revisions(hist, report)
+    seen = watches.seen_at(hist)
+    check_revisions(hist, report, seen)
     prefixes: dict[str, str] = hist.meta.get("prefixes", {})
     api_keys: dict[str, str] = hist.meta.get("api_keys", {})
     names: dict[str, str] = hist.meta.get("api_names", {})
@@ -376,7 +329,7 @@ def check(hist: History) -> Report:
             def foreign(key: str, w: Watch = w) -> bool:
                 mine = names.get(w.tenant)
                 return bool(mine) and not key.startswith(str(mine))
-        check_watch(hist, w, report, foreign, api_keys)
+        check_watch(hist, w, report, foreign, api_keys, seen)
     report.seconds = max(report.seconds, 1e-9)
     report.total_seconds = time.monotonic() - t0
     return report

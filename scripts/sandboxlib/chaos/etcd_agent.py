@@ -7,7 +7,8 @@ prefix): clients put, get (linearizable and serializable), compare-and-swap on m
 (``etcdctl txn``) and delete keys under the run's prefix, and one ``etcdctl watch`` follows
 the tenant's whole prefix from a known revision. One JSON object per line on stdout: ``ready``
 (the start revision), ``op`` (an operation, invoked and answered), ``event`` / ``restart`` /
-``gap`` (the watch), ``stopped``, ``done``. Commands on stdin: ``stop`` (clients finish
+``gap`` / ``progress`` (the watch; each event names the response it came in), ``stopped``,
+``done`` (the end marker's revision, whether the watch delivered it, why not). Commands on stdin: ``stop`` (clients finish
 what they are doing and stop), ``final`` (read every key once more, write the end marker,
 wait until the watch delivered it, exit). Every loop is bounded in count and time; stdin
 closing (the host went away) stops everything.
@@ -39,6 +40,7 @@ class Agent:
         self.watch_stop = threading.Event()
         self.seq = 0
         self.watch_last = 0
+        self.responses = 0          # watch responses so far: an event names the one it came in
         self.end_rev = 0
         self.end_seen = threading.Event()
         base = [cfg.get("etcdctl", "etcdctl"), "--endpoints=" + ",".join(cfg["endpoints"])]
@@ -175,18 +177,14 @@ class Agent:
         restarts = 0
         while not self.watch_stop.is_set() and time.time() < self.deadline and restarts < 200:
             cmd = [*self.base, "--dial-timeout=2s", "-w", "json", "watch", "--prefix",
-                   f"--rev={rev}", prefix]
+                   "--progress-notify", f"--rev={rev}", prefix]
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True)
             stopper = threading.Thread(target=self._kill_on_stop, args=(proc,), daemon=True)
             stopper.start()
             assert proc.stdout is not None
             for line in proc.stdout:
-                try:
-                    resp = json.loads(line)
-                except ValueError:
-                    continue
-                rev = self.watch_response(resp, rev)
+                rev = self.watch_line(line, rev)
             proc.wait()
             err = (proc.stderr.read() if proc.stderr else "").strip()[-200:]
             if self.watch_stop.is_set():
@@ -201,6 +199,20 @@ class Agent:
                 proc.kill()
                 return
 
+    def watch_line(self, line: str, rev: int) -> int:
+        """One line of ``etcdctl watch -w json --progress-notify``: a response (JSON), or a
+        progress notification, which etcdctl prints as text (watch_command.go:171-172)."""
+        if line.startswith("progress notify: "):
+            tail = line.split(":", 1)[1].strip()
+            if tail.isdigit():
+                self.emit({"type": "progress", "t": self.now(), "rev": int(tail)})
+            return rev
+        try:
+            resp = json.loads(line)
+        except ValueError:
+            return rev
+        return self.watch_response(resp, rev) if isinstance(resp, dict) else rev
+
     def watch_response(self, resp: dict[str, Any], rev: int) -> int:
         """Emit the response's events; the revision to resume from."""
         compact = int(resp.get("CompactRevision") or 0)
@@ -208,6 +220,7 @@ class Agent:
             self.emit({"type": "gap", "from": rev, "to": compact - 1,
                        "why": f"compacted at {compact}"})
             rev = compact
+        self.responses += 1
         for ev in resp.get("Events") or []:
             kv = ev.get("kv") or {}
             key = base64.b64decode(kv.get("key", "")).decode(errors="replace")
@@ -217,7 +230,8 @@ class Agent:
             if not deleted and key.startswith(self.cfg["prefix"]):
                 value = base64.b64decode(kv.get("value", "")).decode(errors="replace")
             self.emit({"type": "event", "key": key, "rev": mod, "t": self.now(),
-                       "event": "DELETE" if deleted else "PUT", "value": value})
+                       "event": "DELETE" if deleted else "PUT", "value": value,
+                       "resp": self.responses})
             self.watch_last = max(self.watch_last, mod)
             if self.end_rev and mod >= self.end_rev:
                 self.end_seen.set()
@@ -241,17 +255,22 @@ class Agent:
                 if self.run_op(process, "read", key)["outcome"] == "ok":
                     break
                 time.sleep(1)
+        why = ""
         for _ in range(20):
             op = self.run_op(process, "put", f"{self.cfg['prefix']}end",
                              f"chaos-{self.cfg['run']}-{self.cfg['tenant']}-end-etcd")
+            why = f"the end marker's put: {op['outcome']} 20 times, last {op.get('error', '')}"
             if op["outcome"] == "ok":
+                why = ""
                 self.end_rev = int(op["result"]["rev"])
                 if self.watch_last >= self.end_rev:
                     self.end_seen.set()
                 break
             time.sleep(1)
-        self.end_seen.wait(30)
-        self.emit({"type": "done", "end_rev": self.end_rev, "reached_end": self.end_seen.is_set()})
+        if self.end_rev and not self.end_seen.wait(30):
+            why = f"not delivered within 30 s (last event at revision {self.watch_last})"
+        self.emit({"type": "done", "end_rev": self.end_rev, "reached_end": self.end_seen.is_set(),
+                   "why": why})
 
     def commands(self) -> None:
         for line in sys.stdin:

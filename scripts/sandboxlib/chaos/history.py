@@ -84,12 +84,17 @@ class WatchEvent:
     type: str                     # PUT / DELETE (etcd), ADDED / MODIFIED / DELETED (API)
     value: str | None
     t: float
+    resp: int | None = None       # the watch response it came in (events of one share it)
 
 
 @dataclass
 class Watch:
     """A watch started at a known revision: its events, its restarts, and what etcd or the API
-    server said it could not deliver (compaction / 410 Expired: a reported gap)."""
+    server said it could not deliver (compaction / 410 Expired: a reported gap).
+
+    A restart is ``{t, from, reason, after}``: the stream broke after ``after`` events (when
+    recorded) and was resumed from revision ``from``. A progress notification is ``{rev, t,
+    after}``: every event up to ``rev`` has been delivered, after ``after`` events."""
 
     name: str                     # e.g. "tenant-a/etcd-watch", "tenant-a/api-watch@k0s-a1"
     tenant: str
@@ -98,9 +103,11 @@ class Watch:
     start_rev: int                # events with revisions above it are expected
     events: list[WatchEvent] = field(default_factory=list)
     restarts: list[dict[str, Any]] = field(default_factory=list)
+    progress: list[dict[str, Any]] = field(default_factory=list)
     reported_gaps: list[dict[str, Any]] = field(default_factory=list)   # [{from, to, why}]
     end_rev: int | None = None    # the last revision it must have delivered (the end marker)
     reached_end: bool = False
+    end_reason: str = ""          # why no end marker revision is known, when none is
 
 
 @dataclass

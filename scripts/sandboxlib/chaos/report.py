@@ -64,7 +64,9 @@ def build(hist: History, rep: Report, selftest: dict[str, Any],
           health: str) -> dict[str, Any]:
     watches = [{"name": w.name, "start_rev": w.start_rev, "end_rev": w.end_rev,
                 "events": len(w.events), "restarts": len(w.restarts),
-                "reported_gaps": w.reported_gaps, "reached_end": w.reached_end}
+                "reported_gaps": w.reported_gaps, "reached_end": w.reached_end,
+                "end_reason": w.end_reason, "progress": len(w.progress),
+                "last_rev": max((e.rev for e in w.events), default=None)}
                for w in hist.watches]
     return {
         "meta": hist.meta,
@@ -89,6 +91,15 @@ def build(hist: History, rep: Report, selftest: dict[str, Any],
     }
 
 
+def _end(w: dict[str, Any]) -> str:
+    """Whether a watch delivered the end marker; when not, what is known of why."""
+    if w["reached_end"]:
+        return "reached"
+    why = f"; {w['end_reason']}" if w.get("end_reason") else ""
+    return (f"NOT reached (its revision {w['end_rev'] or 'unknown'}, the last event at "
+            f"{w.get('last_rev') or '-'}{why})")
+
+
 def text(data: dict[str, Any]) -> str:
     lines = ["operations (outcome counts):"]
     for name, counts in data["operations"].items():
@@ -108,8 +119,7 @@ def text(data: dict[str, Any]) -> str:
     for w in data["watches"]:
         lines.append(f"  watch {w['name']}: {w['events']} events from revision "
                      f"{w['start_rev']}, {w['restarts']} restarts, "
-                     f"{len(w['reported_gaps'])} reported gaps, end marker "
-                     f"{'reached' if w['reached_end'] else 'NOT reached'}")
+                     f"{len(w['reported_gaps'])} reported gaps, end marker {_end(w)}")
     c, st = data["checker"], data["checker_selftest"]
     lines.append(f"checker: {c['keys']} keys, {c['ops_checked']} operations searched in "
                  f"{c['seconds']:.2f}s ({c['ops_per_second']} ops/s), {c['states']} states; "

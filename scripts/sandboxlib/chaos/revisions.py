@@ -20,7 +20,8 @@ a failed compare-and-swap's, a delete's of nothing: the header it was served at)
 - ``stale-by-revision``: a read of key K at header H shows the last write of K with a revision
   <= H (any read, serializable ones too: a member serves a consistent snapshot, stale or not);
   ``read-beyond-header``: never a mod revision above H;
-- ``unknown-write-no-gap``: a write of unknown outcome that a read saw committed at a revision
+- ``unknown-write-no-gap``: a write of unknown outcome that a read saw (or a watch delivered:
+  watches.py) committed at a revision
   no other write has, above every revision answered before it was invoked; when no such
   revision is left, it cannot have committed.
 
@@ -80,7 +81,8 @@ def _desc(op: Op) -> str:
 class Revisions:
     """One tenant's etcd operations and what their revisions say."""
 
-    def __init__(self, ops: Iterable[Op], where: str) -> None:
+    def __init__(self, ops: Iterable[Op], where: str,
+                 watched: dict[int, int] | None = None) -> None:
         self.ops = [o for o in ops if o.iface == "etcd"]
         self.where = where
         self.findings: list[Finding] = []
@@ -96,8 +98,11 @@ class Revisions:
         for o in done:
             high = max(high, self.pt[o.id])
             self._floor.append(high)
-        self.unknown_at = self._observed_unknown_writes()
-        # Every write's revision known: acknowledged ones, and unknown ones a read saw.
+        # Unknown writes a read saw, else a watch delivered (watches.seen_at).
+        ids = {o.id for o in self.ops}
+        self.unknown_at = {**{i: r for i, r in (watched or {}).items() if i in ids},
+                           **self._observed_unknown_writes()}
+        # Every write's revision known: acknowledged ones, unknown ones a read or watch saw.
         self.by_rev: dict[int, list[Op]] = defaultdict(list)
         for o in self.ops:
             rev = write_rev(o) or self.unknown_at.get(o.id)
@@ -218,8 +223,9 @@ class Revisions:
                          "no delete can have come between", [last[1], r])
 
     def check_unknown(self) -> None:
-        """A write of unknown outcome a read saw took a revision of its own, above what was
-        answered before it was invoked (and at most the reader's header)."""
+        """A write of unknown outcome a read saw (or a watch delivered) took a revision of its
+        own, above what was answered before it was invoked (and at most the reader's
+        header)."""
         for u in self.ops:
             rev = self.unknown_at.get(u.id)
             if rev is None:
@@ -227,10 +233,10 @@ class Revisions:
             floor = self.floor(u.invoke)
             others = [w for w in self.by_rev.get(rev, []) if w.id != u.id]
             if others:
-                self.add("unknown-write-no-gap", f"{_desc(u)} (unknown outcome) was read at "
+                self.add("unknown-write-no-gap", f"{_desc(u)} (unknown outcome) was seen at "
                          f"revision {rev}, which {_desc(others[0])} has", [others[0], u])
             elif rev <= floor:
-                self.add("unknown-write-no-gap", f"{_desc(u)} (unknown outcome) was read at "
+                self.add("unknown-write-no-gap", f"{_desc(u)} (unknown outcome) was seen at "
                          f"revision {rev}, but revision {floor} was answered before it was "
                          "invoked: it cannot have committed there", [u])
 
@@ -265,9 +271,10 @@ def _seen(op: Op) -> tuple[bool, str | None, int | None] | None:
     return None
 
 
-def check(hist: History) -> tuple[list[Finding], int]:
+def check(hist: History, watched: dict[int, int] | None = None) -> tuple[list[Finding], int]:
     """Every tenant's etcd operations against the global revision order: the findings and
-    how many operations carried a revision."""
+    how many operations carried a revision. ``watched``: op id -> the revision a watch
+    delivered a write of unknown outcome at (watches.seen_at), taken like a read's."""
     tenants: dict[str, list[Op]] = defaultdict(list)
     for op in hist.ops:
         if op.iface == "etcd":
@@ -275,7 +282,7 @@ def check(hist: History) -> tuple[list[Finding], int]:
     findings: list[Finding] = []
     counted = 0
     for tenant, ops in sorted(tenants.items()):
-        rv = Revisions(ops, f"{tenant} etcd (all keys)")
+        rv = Revisions(ops, f"{tenant} etcd (all keys)", watched)
         counted += sum(1 for rev in rv.pt.values() if rev)
         findings += rv.run()
     return findings, counted

@@ -145,15 +145,21 @@ class Workload:
             elif kind == "event" and w is not None:
                 with self.lock:
                     w.events.append(WatchEvent(msg["key"], int(msg["rev"]), msg["event"],
-                                               msg.get("value"), float(msg["t"])))
+                                               msg.get("value"), float(msg["t"]),
+                                               msg.get("resp")))
             elif kind == "restart" and w is not None:
-                w.restarts.append({"t": msg["t"], "from": msg["from"], "reason": msg["reason"]})
+                w.restarts.append({"t": msg["t"], "from": msg["from"], "reason": msg["reason"],
+                                   "after": len(w.events)})
+            elif kind == "progress" and w is not None:
+                w.progress.append({"t": msg["t"], "rev": int(msg["rev"]),
+                                   "after": len(w.events)})
             elif kind == "gap" and w is not None:
                 w.reported_gaps.append({"from": msg["from"], "to": msg["to"], "why": msg["why"]})
             elif kind == "stopped":
                 run.stopped.set()
             elif kind == "done" and w is not None:
                 w.end_rev, w.reached_end = int(msg["end_rev"]) or None, bool(msg["reached_end"])
+                w.end_reason = str(msg.get("why") or "")
                 run.done.set()
         run.stopped.set()
         run.done.set()
@@ -204,7 +210,8 @@ class Workload:
                     w.events.append(WatchEvent(msg["key"], int(msg["rev"]), str(msg["event"]),
                                                msg.get("value"), float(msg["t"])))
                 elif msg["type"] == "restart":
-                    w.restarts.append({k: msg[k] for k in ("t", "from", "reason")})
+                    w.restarts.append({**{k: msg[k] for k in ("t", "from", "reason")},
+                                       "after": len(w.events)})
                 elif msg["type"] == "gap":
                     w.reported_gaps.append({k: msg[k] for k in ("from", "to", "why")})
         return sink
@@ -230,22 +237,39 @@ class Workload:
                 if outcome == "ok":
                     break
                 time.sleep(1)
-        end_rev = None
-        marker = f"chaos-{self.run_id}-{run.tenant.name}-end"
-        for _ in range(20):
-            t0 = time.time()
-            outcome, result, error = api.run_op(run.api_ep, "create", marker, marker)
-            record("create", marker, marker, None, t0, time.time(), outcome, result, error)
-            if outcome == "ok" and result.get("rev"):
-                end_rev = int(result["rev"])
-                break
-            time.sleep(1)
+        end_rev, why = self.api_marker(run, record)
         deadline = time.time() + 30
         for w, aw, _ in run.api_watches:
             w.end_rev = end_rev
             while end_rev is not None and aw.last < end_rev and time.time() < deadline:
                 time.sleep(0.2)
             w.reached_end = end_rev is not None and aw.last >= end_rev
+            w.end_reason = why if end_rev is None else "" if w.reached_end else (
+                f"not delivered within 30 s (last event at revision {aw.last})")
+
+    def api_marker(self, run: TenantRun, record: Any) -> tuple[int | None, str]:
+        """Create the end marker: its resourceVersion, or None and why. A create of unknown
+        outcome whose retry answers 409 AlreadyExists did commit: the marker is read back."""
+        assert run.api_ep is not None
+        marker = f"chaos-{self.run_id}-{run.tenant.name}-end"
+        why = "the end marker's create never answered"
+        for _ in range(20):
+            t0 = time.time()
+            outcome, result, error = api.run_op(run.api_ep, "create", marker, marker)
+            record("create", marker, marker, None, t0, time.time(), outcome, result, error)
+            if outcome == "ok" and result.get("rev"):
+                return int(result["rev"]), ""
+            if outcome == "ok" and result.get("exists"):
+                t0 = time.time()
+                outcome, result, error = api.run_op(run.api_ep, "read", marker)
+                record("read", marker, None, None, t0, time.time(), outcome, result, error)
+                if outcome == "ok" and result.get("value") == marker and result.get("rev"):
+                    return int(result["rev"]), ""
+                why = f"the end marker exists but could not be read back ({error or result})"
+            else:
+                why = f"the end marker's create: {outcome} {error}".strip()
+            time.sleep(1)
+        return None, why + " (20 tries)"
 
     # -- the run ---------------------------------------------------------------------------------
     def start(self) -> None:
