@@ -184,22 +184,24 @@ def test_generated_histories_pass_and_each_mutation_fails(seed: int) -> None:
     assert checker.check(h).anomalies == []
     data = h.to_json()
     tried = 0
-    for kind in (*selftest.MUTATIONS, "watch-gap"):
+    for kind in (*selftest.MUTATIONS, *selftest.WATCH_MUTATIONS):
         m = History.from_json(data)
-        changed = (selftest.drop_watch_event(rng, m) if kind == "watch-gap"
+        changed = (selftest.mutate_watch(rng, m, kind) if kind in selftest.WATCH_MUTATIONS
                    else selftest.mutate(rng, m, kind))
         if changed is None:
             continue
         tried += 1
         found = checker.check(m).anomalies
         assert found, f"{kind} not caught: {changed}"
-    assert tried >= 3
+        if kind in selftest.WATCH_MUTATIONS:      # each named by the anomaly it makes
+            assert kind in {a.type for a in found}, (kind, found)
+    assert tried >= 6
     assert time.monotonic() - t0 < 20
 
 
 def test_selftest_run_catches_every_mutation() -> None:
     st = selftest.run(seed=3, histories=4, n_ops=300)
-    assert st.ok and st.mutations >= 16, st.to_json()
+    assert st.ok and st.mutations >= 28, st.to_json()
 
 
 def test_speed_on_10000_operations(capsys: pytest.CaptureFixture[str]) -> None:

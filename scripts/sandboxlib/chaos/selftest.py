@@ -7,8 +7,10 @@ with operations of unknown outcome (applied or not, their answer lost), serializ
 a final read of every key. ``mutate`` then changes ONE operation so that the history cannot
 be linearizable any more (a stale read, a read of a value never written, a compare-and-swap
 that succeeds on an old revision, a lost update, a read served below the revision of a write
-to another key answered before it: a header revision going back), and says which; ``drop_watch_event`` makes
-a watch gap. ``run`` checks some of each and measures the checker's speed.
+to another key answered before it: a header revision going back), and says which;
+``mutate_watch`` breaks the watch (an event dropped, delivered twice, two swapped, the end
+marker never reached: ``WATCH_MUTATIONS``, each its anomaly's name). ``run`` checks some of
+each and measures the checker's speed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .history import History, Op, Watch, WatchEvent
 
 MUTATIONS = ("stale-read", "unwritten-value", "cas-old-revision", "lost-update",
              "header-backwards")
+WATCH_MUTATIONS = ("watch-gap", "watch-duplicate", "watch-order", "watch-stalled")
 
 
 def generate(rng: random.Random, n_ops: int, n_keys: int = 8, n_procs: int = 4,
@@ -198,6 +201,30 @@ def drop_watch_event(rng: random.Random, hist: History) -> WatchEvent | None:
     return e
 
 
+def mutate_watch(rng: random.Random, hist: History, kind: str) -> WatchEvent | None:
+    """Break the first watch as ``kind`` (one of WATCH_MUTATIONS) names: the event changed,
+    or None when the watch has none to change."""
+    if kind == "watch-gap":
+        return drop_watch_event(rng, hist)
+    w = hist.watches[0]
+    if not w.events:
+        return None
+    i = rng.randrange(len(w.events))
+    if kind == "watch-duplicate":
+        w.events.insert(i + 1, w.events[i])
+    elif kind == "watch-order":
+        pairs = [j for j in range(len(w.events) - 1) if w.events[j].rev < w.events[j + 1].rev]
+        if not pairs:
+            return None
+        i = rng.choice(pairs)
+        w.events[i], w.events[i + 1] = w.events[i + 1], w.events[i]
+    elif kind == "watch-stalled":
+        w.reached_end = False
+    else:
+        raise ValueError(kind)
+    return w.events[i]
+
+
 @dataclass
 class SelfTest:
     histories: int
@@ -228,13 +255,14 @@ def run(seed: int = 1, histories: int = 8, n_ops: int = 400) -> SelfTest:
         st.ops += len(h.ops)
         st.passed += not checker.check(h).anomalies
         data = h.to_json()
-        for kind in (*MUTATIONS, "watch-gap"):
+        for kind in (*MUTATIONS, *WATCH_MUTATIONS):
             m = History.from_json(data)
-            changed = (drop_watch_event(rng, m) if kind == "watch-gap"
+            changed = (mutate_watch(rng, m, kind) if kind in WATCH_MUTATIONS
                        else mutate(rng, m, kind))
             if changed is None:
                 continue
             st.mutations += 1
-            st.caught += bool(checker.check(m).anomalies)
+            found = {a.type for a in checker.check(m).anomalies}
+            st.caught += bool(found) and (kind not in WATCH_MUTATIONS or kind in found)
     st.seconds = time.monotonic() - t0
     return st
