@@ -114,6 +114,10 @@ ACCEPTED: dict[str, tuple[list[Op], Watch]] = {
     "progress notifications between events, up to the last one delivered": (
         WRITES, watch(A, B, C, progress=[{"t": 0.0, "rev": 10, "after": 1},
                                          {"t": 0.0, "rev": 12, "after": 3}])),
+    "the end marker's put retried after an unknown outcome: delivered twice, two revisions": (
+        [*WRITES, unknown(3, "end", 12.6, "chaos-end"),
+         op(4, "put", "end", 13, 14.5, value="chaos-end", result={"rev": 14})],
+        watch(A, B, C, ev("end", 13, "chaos-end"), ev("end", 14, "chaos-end"), end=14)),
     "an unknown write made certain by a watch event": (
         [WRITES[0], unknown(1, "k2", 10.6, "chaos-b"), WRITES[2]], watch(A, B, C)),
 }
@@ -154,8 +158,36 @@ def test_a_watch_event_is_evidence_of_a_commit() -> None:
     late = op(3, "read", "k2", 13, 13.5, result={"header": 12, "found": False})
     assert check([*ops, late], watch(A, C, end=None, reached=True)).anomalies == []
     found = check([*ops, late], w).anomalies
-    assert [a.type for a in found] == ["stale-by-revision"], found
-    assert {o["id"] for o in found[0].ops} == {1, 3}
+    # the per-key search (the put applied at 11, before the event arrived) and the revision
+    # order (the put at 11 <= the read's header 12) both refuse it
+    assert [a.type for a in found] == ["stale-read", "stale-by-revision"], found
+    assert [{o["id"] for o in a.ops} for a in found] == [{1, 3}, {1, 3}]
+    pinned = next(o for o in found[0].ops if o["id"] == 1)
+    assert "a watch delivered it at revision 11" in pinned["error"]
+
+
+def test_the_key_search_takes_a_delivered_unknown_write_as_applied() -> None:
+    # Through the API (no header revisions, so only the per-key search can see it): an
+    # unknown create a watch delivered at 11 (arriving at 11.0), a read after it finding the
+    # resource absent with no delete.
+    ops = [unknown(0, "chaos-r-t-k1", 10.0, "chaos-u", iface="api"),
+           op(1, "read", "chaos-r-t-k1", 12, 12.5, iface="api", result={"found": False})]
+    w = Watch(name="t/api-watch@c1", tenant="t", iface="api", prefix="registers", start_rev=9,
+              events=[WatchEvent("chaos-r-t-k1", 11, "ADDED", "chaos-u", 11.0)], end_rev=11,
+              reached_end=True)
+    assert [a.type for a in check(ops, w).anomalies] == ["stale-read"]
+    # the event arriving after the read: the create may have applied after it
+    late = Watch(**{**w.__dict__, "events": [WatchEvent("chaos-r-t-k1", 11, "ADDED", "chaos-u",
+                                                          13.0)]})
+    assert check(ops, late).anomalies == []
+    # without the watch the create may never have applied
+    assert check(ops).anomalies == []
+
+
+def test_an_event_at_another_revision_than_its_acknowledged_write() -> None:
+    ops = [*WRITES[:2], put(2, "k1", 12, "chaos-c")]
+    found = check(ops, watch(A, B, ev("k1", 13, "chaos-c"), end=13)).anomalies
+    assert [a.type for a in found] == ["watch-revision", "watch-gap"], found
 
 
 def test_a_read_and_a_watch_disagreeing_on_an_unknown_write() -> None:

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import linearizability, revisions, watches
-from .history import History, Op, Watch
+from .history import History, Op, Watch, WatchEvent
 
 # Each search gives up (an "inconclusive" key, which fails the run as an anomaly would)
 # beyond this many states or seconds.
@@ -208,8 +208,13 @@ def _classify(sub: Sequence[Op]) -> str:
     return "non-linearizable"
 
 
-def check_linearizable(hist: History, report: Report) -> None:
+def check_linearizable(hist: History, report: Report,
+                       delivered: dict[int, WatchEvent] | None = None) -> None:
+    """Each key's search; a write of unknown outcome a watch delivered (``delivered``:
+    watches.delivered_unknown) is taken as applied at the event's revision, before it."""
+    delivered = delivered or {}
     for k, ops in sorted(by_key(hist.ops).items()):
+        ops = [watches.pinned(o, delivered[o.id]) if o.id in delivered else o for o in ops]
         sub = linearizability.checkable(ops)
         if not sub:
             continue
@@ -313,10 +318,11 @@ def check(hist: History) -> Report:
     ("api_keys")."""
     report = Report()
     t0 = time.monotonic()
-    check_linearizable(hist, report)
+    delivered = watches.delivered_unknown(hist)
+    seen = {i: e.rev for i, e in delivered.items()}
+    check_linearizable(hist, report, delivered)
     check_serializable(hist, report)
     check_lost_writes(hist, report)
-    seen = watches.seen_at(hist)
     check_revisions(hist, report, seen)
     prefixes: dict[str, str] = hist.meta.get("prefixes", {})
     api_keys: dict[str, str] = hist.meta.get("api_keys", {})

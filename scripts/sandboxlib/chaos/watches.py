@@ -33,7 +33,8 @@ each restart.
 
 A watch event is evidence of a commit: ``seen_at`` gives each write of unknown outcome a watch
 delivered the event's revision, which the revision order (revisions.py) then holds later reads
-to. Not checked: prevKV and IsCreate (watch.go:254-316; the agent does not ask for prevKV and
+to, and ``pinned`` makes it, for the per-key search (linearizability.py), a write applied at
+that revision before the event arrived. Not checked: prevKV and IsCreate (watch.go:254-316; the agent does not ask for prevKV and
 the register model does not replay creates), events of keys no client of the history writes.
 """
 
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .history import History, Op, Watch, WatchEvent
@@ -73,19 +74,36 @@ def writers(hist: History) -> dict[tuple[str, str, str], list[Op]]:
     return out
 
 
-def seen_at(hist: History) -> dict[int, int]:
-    """op id -> the revision a watch delivered the value of a write of unknown outcome at (the
-    only write of that value that may have committed): evidence that it committed there."""
+def delivered_unknown(hist: History) -> dict[int, WatchEvent]:
+    """op id -> the first event a watch delivered the value of a write of unknown outcome in
+    (the only write of that value that may have committed): evidence that it committed at
+    the event's revision, before the event arrived."""
     ws = writers(hist)
-    out: dict[int, int] = {}
+    out: dict[int, WatchEvent] = {}
     for w in hist.watches:
         for e in w.events:
             if e.value is None:
                 continue
             ops = [o for o in ws.get((w.tenant, w.iface, e.value), []) if not definitely_failed(o)]
             if len(ops) == 1 and ops[0].outcome == "unknown":
-                out.setdefault(ops[0].id, e.rev)
+                first = out.setdefault(ops[0].id, e)
+                if e.t < first.t:
+                    out[ops[0].id] = e
     return out
+
+
+def seen_at(hist: History) -> dict[int, int]:
+    """op id -> the revision a watch delivered a write of unknown outcome at."""
+    return {i: e.rev for i, e in delivered_unknown(hist).items()}
+
+
+def pinned(op: Op, e: WatchEvent) -> Op:
+    """A write of unknown outcome a watch delivered, as the per-key search takes it: applied
+    at the event's revision, between its invocation and the event's arrival."""
+    result: dict[str, Any] = {"rev": e.rev, **({"succeeded": True} if op.kind == "cas" else {})}
+    return replace(op, outcome="ok", complete=max(e.t, op.invoke), result=result,
+                   error=f"unknown outcome; a watch delivered it at revision {e.rev} "
+                         f"(at {e.t:.3f}): taken as applied then")
 
 
 def streams(w: Watch) -> list[tuple[int, list[tuple[int, WatchEvent]], list[dict[str, Any]]]]:
@@ -227,7 +245,9 @@ class WatchCheck:
             elif not live:
                 self.add("watch-failed-write", f"an event at revision {e.rev} with the value "
                          "of a write that certainly had no effect", [e], ops)
-            elif acked and all(o.result.get("rev") != e.rev for o in acked):
+            elif (acked and all(o.result.get("rev") != e.rev for o in acked)
+                  and all(o.acknowledged for o in live)):
+                # (a retried write of one value: the event may be of one of unknown outcome)
                 self.add("watch-revision", f"the event has revision {e.rev}, its write "
                          f"{acked[0].result.get('rev')}", [e], acked[:1])
             elif len(live) == 1 and live[0].outcome == "unknown":
