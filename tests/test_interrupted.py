@@ -1,8 +1,8 @@
 """An interrupted ansible-playbook is reported as interrupted (scripts/sandboxlib/runner.py),
 not as the first error its log holds: a run of `up` here logs the etcd release download it
 ignores (it falls back to the package) long before a Ctrl-C. The logs below are as
-ansible-core 2.19 writes them; the whole CLI path is run by tests/test_cli_e2e.py, a Ctrl-C
-to it by tests/test_interrupted_e2e.py (which ends the playbooks itself, sessions.py)."""
+ansible-core 2.19 writes them; a Ctrl-C to the whole CLI path is
+tests/test_interrupted_e2e.py's (which ends the playbooks itself, sessions.py)."""
 
 from __future__ import annotations
 
