@@ -173,3 +173,49 @@ def test_a_vagrant_only_field_is_no_input(sandbox_copy: tuple[Any, Path]) -> Non
     data["nodes"][0]["memory"] = 1024      # Vagrant's VM size: nothing a podman node has
     topo.path.write_text(json.dumps(data))
     assert fingerprint.inputs(load(str(topo.path)), "podman", {}) == given
+
+
+def test_a_service_is_compared_with_what_its_unit_gives_it(tmp_path: Path) -> None:
+    """Issue 38: a drop-in no role wrote, or a process started with another environment or
+    command line than its unit's, is named; the role's own drop-in, a package's, systemd's
+    own variables and $VAR expansion (as in haproxy's ExecStart) are not drift."""
+    env_file = tmp_path / "app.env"
+    env_file.write_text("# settings\nAPP_A=1\nAPP_B=\"two\"\n")
+    ours, theirs = tmp_path / "10-sandbox.conf", tmp_path / "x.conf"
+    ours.write_text("[Service]\nBindReadOnlyPaths=\n")
+    theirs.write_text("[Service]\n# by hand\nEnvironment=APP_PPROF=true\n")
+    proc = subprocess.Popen(["sleep", "30"], env={"PATH": os.environ["PATH"], "APP_A": "1",
+                                                  "APP_B": "two", "DUR": "30",
+                                                  "INVOCATION_ID": "x"})
+    try:
+        props = {"MainPID": [str(proc.pid)], "Environment": ['"DUR=30"'],
+                 "EnvironmentFiles": [f"{env_file} (ignore_errors=no)"],
+                 "ExecStart": ["{ path=/bin/sleep ; argv[]=sleep $DUR ; ignore_errors=no ; pid=1 }"],
+                 "DropInPaths": [f"{ours} /usr/lib/systemd/system/app.service.d/pkg.conf"]}
+        assert module.unit_drift("app", props, {str(ours)}, {"LANG": "C"}) == ([], [])
+
+        props["DropInPaths"] = [f"{ours} {theirs}"]
+        problems, foreign = module.unit_drift("app", props, {str(ours)}, {})
+        assert foreign == [str(theirs)]
+        assert problems == [(f"app.service: drop-in {theirs} is not the roles' "
+                            "(Environment=APP_PPROF=true)")]
+
+        env_file.write_text("APP_A=2\n")            # the unit changed, the process did not
+        problems, _ = module.unit_drift("app", {**props, "DropInPaths": [""]}, set(), {})
+        assert problems == [
+            (f"app.service: its process {proc.pid} runs with APP_B=two, which its unit does not "
+            "give (restart it)"),
+            f"app.service: its process {proc.pid} runs with APP_A=1, its unit gives 2 (restart it)"]
+
+        env_file.write_text("APP_A=1\nAPP_B=two\n")
+        props.update(DropInPaths=[""], Environment=['"DUR=40"'])
+        problems, _ = module.unit_drift("app", props, set(), {})
+        assert problems == [
+            f"app.service: its process {proc.pid} runs with DUR=30, its unit gives 40 (restart it)",
+            f"app.service: its process {proc.pid} runs sleep 30, its unit starts sleep 40 (restart it)"]
+        assert module._expand("haproxy -Ws -f $CONFIG $EXTRAOPTS -x ${SOCK}/m $NONE",
+                              {"CONFIG": "/c", "EXTRAOPTS": "-S /s", "SOCK": "/run"}) == \
+            ["haproxy", "-Ws", "-f", "/c", "-S", "/s", "-x", "/run/m"]
+    finally:
+        proc.kill()
+        proc.wait()

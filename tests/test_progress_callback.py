@@ -48,6 +48,11 @@ PLAYBOOK = """
     - name: Warn
       ansible.builtin.debug:
         msg: "WARNING: something the user should know"
+    - name: A module's warnings (sandbox_fingerprint's drop-ins removed), here debug's var
+      ansible.builtin.debug:
+        var: sandbox_warnings
+      vars:
+        sandbox_warnings: ["removed /etc/x.conf"]
     - name: A download that fails, and its fallback
       block:
         - name: Download
@@ -84,7 +89,8 @@ def test_callback_sends_one_json_event_per_line(tmp_path: Path) -> None:
     assert kinds[1] == "play" and events[1]["line"].startswith("==> [1/1] phase: First play")
     assert kinds[-1] == "stats" and "failed=0" in events[-1]["line"]
     warnings = [e for e in events if e["ev"] == "warning"]
-    assert [w["msg"] for w in warnings] == ["WARNING: something the user should know"]
+    assert [w["msg"] for w in warnings] == ["WARNING: something the user should know",
+                                            "WARNING: localhost: removed /etc/x.conf"]
     # the rescued failure is not a failure of the phase
     assert "failed" not in kinds
     download = next(e for e in events if e["ev"] == "task" and e["name"] == "Download")

@@ -58,3 +58,12 @@ def test_cluster_checks_report_an_alarm_with_the_database_sizes() -> None:
     calm = verify.sandbox_cluster_checks([health, members, status, hashkv, '{"header":{}}'], ["e1"])
     assert calm[-1]["ok"] and calm[-1]["detail"] == "database sizes: 10.0.0.11:2379 16.1 MB"
     assert len(verify.sandbox_cluster_checks([health, members, status, hashkv], ["e1"])) == 4
+
+
+def test_a_service_with_a_drop_in_of_anothers_fails_naming_it() -> None:
+    checks = verify.sandbox_unit_checks(
+        {"etcd": [("etcd.service: drop-in /etc/systemd/system/etcd.service.d/x.conf is not the "
+                  "roles' (Environment=ETCD_ENABLE_PPROF=true)")], "haproxy": []}, "etcd-1")
+    assert [(c["name"].split(" runs")[0], c["ok"]) for c in checks] == [
+        ("etcd-1: etcd", False), ("etcd-1: haproxy", True)]
+    assert "etcd.service.d/x.conf" in checks[0]["detail"] and checks[1]["detail"] == ""

@@ -4,8 +4,9 @@
 ansible's own output goes to a log file. It sends one JSON object per line: ``playbook``
 (its phases: the playbook files its plays come from), ``play``, ``task_start``, ``task``
 (the end of a task: counts of ok/changed/failed/skipped hosts), ``warning`` (a debug
-message starting with ``WARNING:``), ``failed`` and ``stats``; each event that a verbose
-screen shows carries its ``line`` (one line per play and per task, with elapsed seconds).
+message starting with ``WARNING:``, or a line of a module result's ``sandbox_warnings``),
+``failed`` and ``stats``; each event that a verbose screen shows carries its ``line`` (one
+line per play and per task, with elapsed seconds).
 scripts/sandboxlib/progress.py turns them into one line per phase. Environment:
 
 - ``SANDBOX_PROGRESS_FILE``: where the events are written (a FIFO the CLI reads); without
@@ -185,6 +186,9 @@ class CallbackModule(CallbackBase):
         if result._task.action in ("debug", "ansible.builtin.debug") and isinstance(msg, str) \
                 and msg.startswith("WARNING:"):
             self._send("warning", None, msg=msg, host=result._host.get_name())
+        for note in result._result.get("sandbox_warnings") or []:   # e.g. a drop-in removed
+            self._send("warning", None, msg=f"WARNING: {result._host.get_name()}: {note}",
+                       host=result._host.get_name())
 
     def v2_runner_on_skipped(self, result: Any) -> None:
         self._count("skipped")

@@ -148,6 +148,15 @@ def sandbox_prefix_checks(keys: list[str], tenants: list[str],
     return checks
 
 
+def sandbox_unit_checks(units: dict[str, list[str]], host: str) -> list[Check]:
+    """From sandbox_fingerprint op=units: one check per managed service on ``host``, failing
+    with what differs from what its role gives it (a drop-in no role wrote, a process started
+    with another environment or command line than its unit's)."""
+    return [_check(f"{host}: {unit} runs as its role gives it (no drop-in of another's; its "
+                   "process's environment and command line its unit's)", not problems,
+                   "; ".join(problems)) for unit, problems in sorted((units or {}).items())]
+
+
 def sandbox_check_lines(checks: list[Check]) -> list[str]:
     """One line per check: PASS / FAIL / SKIP, name and detail."""
     lines = []
@@ -168,4 +177,5 @@ class FilterModule:
             "sandbox_cis_checks": sandbox_cis_checks,
             "sandbox_prefix_checks": sandbox_prefix_checks,
             "sandbox_check_lines": sandbox_check_lines,
+            "sandbox_unit_checks": sandbox_unit_checks,
         }

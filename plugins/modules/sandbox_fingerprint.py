@@ -34,10 +34,21 @@ options:
     description: Where the record is kept on the node.
     type: path
     default: /var/lib/k0sbox/converged.json
+  op:
+    description:
+      - C(record) writes the record. C(units) checks each managed service against what its
+        role gives it (drop-ins no role wrote, its process's environment and command line
+        against its unit's) and returns C(units), C(removed) and C(restart).
+    type: str
+    choices: [record, units]
+    default: record
   inputs:
-    description: The digests of the converge's inputs (the CLI's), kept as they are.
+    description: The digests of the converge's inputs (the CLI's), kept as they are (O(op=record)).
     type: dict
-    required: true
+  fix:
+    description: With O(op=units), remove the drop-ins no role wrote (then daemon-reload).
+    type: bool
+    default: false
   manages:
     description: >-
       What the roles manage here, one entry per role with C(paths), C(services), C(users),
@@ -61,7 +72,23 @@ RETURN = r"""
 counts:
   description: How many files, services, users, packages and scripts were recorded.
   type: dict
-  returned: always
+  returned: O(op=record)
+units:
+  description: Managed service -> what differs from what its role gives it (empty when nothing).
+  type: dict
+  returned: O(op=units)
+removed:
+  description: The drop-ins removed (O(fix)).
+  type: list
+  returned: O(op=units)
+restart:
+  description: The services whose unit or process differed (to restart the role's way).
+  type: list
+  returned: O(op=units)
+sandbox_warnings:
+  description: One line per drop-in removed (scripts/sandbox up prints them as warnings).
+  type: list
+  returned: O(op=units)
 """
 
 import grp
@@ -69,12 +96,16 @@ import hashlib
 import json
 import os
 import pwd
+import re
+import shlex
 import stat
 import subprocess
 import sys
 from typing import Any
 
 KINDS = ("paths", "services", "users", "packages")
+UNIT_PROPERTIES = ("ActiveState", "UnitFileState", "LoadState", "MainPID", "DropInPaths",
+                   "Environment", "EnvironmentFiles", "ExecStart")
 
 
 def merge(manages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -122,15 +153,30 @@ def _run(argv: list[str]) -> str:
         return ""
 
 
-def services_state(units: list[str]) -> dict[str, str]:
-    """unit -> ``<ActiveState>/<UnitFileState>`` (one systemctl call)."""
+def _show(units: list[str]) -> dict[str, dict[str, list[str]]]:
+    """unit -> property -> values (EnvironmentFiles may repeat), in one systemctl call."""
     if not units:
         return {}
-    out = _run(["systemctl", "show", "--property=ActiveState,UnitFileState", "--", *units])
+    out = _run(["systemctl", "show", f"--property={','.join(UNIT_PROPERTIES)}", "--", *units])
     blocks = out.strip("\n").split("\n\n")
-    states = {}
+    shown: dict[str, dict[str, list[str]]] = {}
     for unit, block in zip(units, blocks + [""] * len(units)):
-        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        props: dict[str, list[str]] = {}
+        for line in block.splitlines():
+            if "=" in line:
+                key, value = line.split("=", 1)
+                props.setdefault(key, []).append(value)
+        shown[unit] = props
+    return shown
+
+
+def services_state(units: list[str], shown: dict[str, dict[str, list[str]]] | None = None
+                   ) -> dict[str, str]:
+    """unit -> ``<ActiveState>/<UnitFileState>``."""
+    shown = _show(units) if shown is None else shown
+    states = {}
+    for unit in units:
+        props = {k: v[-1] for k, v in shown.get(unit, {}).items() if v}
         states[unit] = f"{props.get('ActiveState', '?')}/{props.get('UnitFileState') or '-'}"
     return states
 
@@ -173,6 +219,152 @@ def scripts_state(scripts: dict[str, str]) -> dict[str, str]:
             continue
         states[name] = f"{hashlib.sha256(done.stdout).hexdigest()} rc={done.returncode}"
     return states
+
+
+# What systemd itself gives every service (systemd.exec(5), "Environment Variables in Spawned
+# Processes"), besides its manager's environment (systemctl show-environment).
+SYSTEMD_ENV = frozenset((
+    "PATH", "LANG", "USER", "LOGNAME", "HOME", "SHELL", "INVOCATION_ID", "JOURNAL_STREAM",
+    "NOTIFY_SOCKET", "MAINPID", "MANAGERPID", "SYSTEMD_EXEC_PID", "LISTEN_FDS", "LISTEN_PID",
+    "LISTEN_FDNAMES", "WATCHDOG_PID", "WATCHDOG_USEC", "TERM", "RUNTIME_DIRECTORY",
+    "STATE_DIRECTORY", "CACHE_DIRECTORY", "LOGS_DIRECTORY", "CONFIGURATION_DIRECTORY",
+    "CREDENTIALS_DIRECTORY", "PIDFILE", "MEMORY_PRESSURE_WATCH", "MEMORY_PRESSURE_WRITE"))
+# What a service sets for itself before it re-executes: HAProxy's master on a reload
+# (haproxy.c, mworker_reexec: HAPROXY_MWORKER_REEXEC, HAPROXY_LOCALPEER, ...).
+SELF_SET = ("HAPROXY_",)
+# Read only at bootstrap (an empty data directory), rewritten without a restart when members
+# are added (roles/etcd: etcd-initial-cluster.env, etcd-state.env): a running member keeps
+# the values it started with, which is no drift.
+BOOTSTRAP_ONLY = frozenset(("ETCD_INITIAL_CLUSTER", "ETCD_INITIAL_CLUSTER_STATE"))
+# Drop-ins there come with a package (the roles install the package): not the admin's.
+VENDOR_DIRS = ("/usr/lib/systemd/", "/lib/systemd/")
+
+
+def _env_file(path: str) -> dict[str, str]:
+    """KEY=VALUE lines of an EnvironmentFile (comments, blank lines and quotes as systemd)."""
+    env = {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        line = line.strip()
+        if not line or line[0] in "#;" or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        value = value.strip()
+        if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[key.strip()] = value
+    return env
+
+
+def unit_environment(props: dict[str, list[str]]) -> dict[str, str]:
+    """What the unit gives the process: Environment=, then each EnvironmentFile= (which wins)."""
+    env = dict(x.split("=", 1) for v in props.get("Environment", []) for x in shlex.split(v)
+               if "=" in x)
+    for entry in props.get("EnvironmentFiles", []):
+        path = entry.split(" (", 1)[0]
+        env.update(_env_file(path.removeprefix("-")))
+    return env
+
+
+def _expand(argv: str, env: dict[str, str]) -> list[str]:
+    """ExecStart's argv[] with $NAME (split into words) and ${NAME} as systemd expands them."""
+    words: list[str] = []
+    for word in argv.split():
+        if re.fullmatch(r"\$[A-Za-z_][A-Za-z0-9_]*", word):
+            words += env.get(word[1:], "").split()
+        else:
+            words.append(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}",
+                                lambda m: env.get(m.group(1), ""), word))
+    return words
+
+
+def process_environ(pid: int) -> dict[str, str] | None:
+    """/proc/<pid>/environ, read as the process's owner when root may not (no CAP_SYS_PTRACE
+    in a container)."""
+    path = f"/proc/{pid}/environ"
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except PermissionError:
+        try:
+            st = os.stat(f"/proc/{pid}")
+            done = subprocess.run(["cat", path], user=st.st_uid, group=st.st_gid,
+                                  extra_groups=[], capture_output=True, check=True)
+        except (OSError, subprocess.CalledProcessError):
+            return None
+        data = done.stdout
+    except OSError:
+        return None
+    return dict(x.split("=", 1) for x in data.decode(errors="replace").split("\0") if "=" in x)
+
+
+def _dropin_summary(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = [x.strip() for x in fh if x.strip() and x.strip()[0] not in "#;["]
+    except OSError:
+        return "unreadable"
+    text = "; ".join(lines)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def unit_drift(unit: str, props: dict[str, list[str]], managed: set[str],
+               manager_env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(problems, foreign drop-ins) of a managed service: drop-ins no role wrote, a running
+    process whose environment or command line is not what its unit gives it now."""
+    name = unit if "." in unit else f"{unit}.service"
+    dropins = [p for v in props.get("DropInPaths", []) for p in v.split()]
+    foreign = [p for p in dropins if p not in managed and not p.startswith(VENDOR_DIRS)]
+    problems = [f"{name}: drop-in {p} is not the roles' ({_dropin_summary(p)})" for p in foreign]
+    pid = int((props.get("MainPID") or ["0"])[-1] or 0)
+    if pid <= 0:
+        return problems, foreign
+    given = unit_environment(props)
+    running = process_environ(pid)
+    if running is None:
+        problems.append(f"{name}: the environment of its process {pid} could not be read")
+    else:
+        extra = sorted(k for k in running if k not in given and k not in manager_env
+                       and k not in SYSTEMD_ENV and not k.startswith(SELF_SET))
+        other = sorted(k for k in given if running.get(k) != given[k] and k not in BOOTSTRAP_ONLY)
+        problems += [f"{name}: its process {pid} runs with {k}={running[k]}, which its unit "
+                     "does not give (restart it)" for k in extra]
+        problems += [f"{name}: its process {pid} runs with {k}="
+                     f"{running.get(k, '(unset)')}, its unit gives {given[k]} (restart it)"
+                     for k in other]
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = [x.decode(errors="replace") for x in fh.read().split(b"\0") if x]
+    except OSError:
+        cmdline = []
+    starts = [_expand(a, {**manager_env, **given})
+              for a in re.findall(r"argv\[\]=(.*?) ; ", " ".join(props.get("ExecStart", [])))]
+    if cmdline and starts and not any(cmdline[:len(a)] == a for a in starts):
+        problems.append(f"{name}: its process {pid} runs {' '.join(cmdline)[:160]}, its unit "
+                        f"starts {' '.join(starts[0])[:160]} (restart it)")
+    return problems, foreign
+
+
+def units_drift(merged: dict[str, Any]) -> dict[str, tuple[list[str], list[str]]]:
+    """unit_drift of every managed service (one systemctl call for all)."""
+    shown = _show(merged["services"])
+    manager_env = dict(x.split("=", 1) for x in _run(["systemctl", "show-environment"]).split("\n")
+                       if "=" in x)
+    managed = set(merged["paths"])
+    # A service listed only to be kept off (k0s's conflicting services) runs nothing here.
+    return {u: unit_drift(u, shown[u], managed, manager_env) for u in merged["services"]
+            if u in shown and _runs(shown[u])}
+
+
+def _runs(props: dict[str, list[str]]) -> bool:
+    last = {k: v[-1] for k, v in props.items() if v}
+    return last.get("LoadState") == "loaded" and (
+        last.get("ActiveState") not in ("inactive", "failed", None)
+        or last.get("UnitFileState") == "enabled")
 
 
 def live_state(merged: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -233,9 +425,34 @@ def check(path: str) -> dict[str, Any]:
             record = json.load(fh)
     except (OSError, ValueError) as exc:
         return {"record": False, "reason": f"no record of a finished converge ({exc.__class__.__name__})"}
-    now = live_state(record.get("manages") or merge([]))
+    merged = record.get("manages") or merge([])
+    now = live_state(merged)
+    drift = [p for problems, _foreign in units_drift(merged).values() for p in problems]
     return {"record": True, "inputs": record.get("inputs") or {},
-            "differs": differences(record.get("state") or {}, now), "counts": counts(now)}
+            "differs": differences(record.get("state") or {}, now) + drift, "counts": counts(now)}
+
+
+def units(path: str, manages: list[dict[str, Any]], fix: bool) -> dict[str, Any]:
+    """op=units: each managed service's drift (``manages``, else the record's); with ``fix``
+    its foreign drop-ins removed (then daemon-reload) and the services to restart named."""
+    merged = merge(manages)
+    if not manages:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                merged = json.load(fh).get("manages") or merged
+        except (OSError, ValueError):
+            pass
+    drift = units_drift(merged)
+    removed = [p for _problems, foreign in drift.values() for p in foreign] if fix else []
+    notes = [f"removed {p}, a drop-in no role wrote ({_dropin_summary(p)}): the service "
+             "restarts as its role restarts it" for p in removed]
+    for dropin in removed:
+        os.remove(dropin)
+    if removed:
+        _run(["systemctl", "daemon-reload"])
+    return {"changed": bool(removed), "removed": removed, "sandbox_warnings": notes,
+            "units": {u: problems for u, (problems, _foreign) in drift.items()},
+            "restart": sorted(u for u, (problems, _foreign) in drift.items() if problems)}
 
 
 def write_record(path: str, content: str) -> bool:
@@ -262,10 +479,22 @@ def main() -> None:
 
     module = AnsibleModule(
         argument_spec={"path": {"type": "path", "default": "/var/lib/k0sbox/converged.json"},
-                       "inputs": {"type": "dict", "required": True},
-                       "manages": {"type": "list", "elements": "dict", "default": []}},
+                       "op": {"type": "str", "default": "record", "choices": ["record", "units"]},
+                       "inputs": {"type": "dict"},
+                       "manages": {"type": "list", "elements": "dict", "default": []},
+                       "fix": {"type": "bool", "default": False}},
+        required_if=[("op", "record", ["inputs"])],
         supports_check_mode=True,
     )
+    if module.params["op"] == "units":
+        try:
+            result = units(module.params["path"], module.params["manages"],
+                           module.params["fix"] and not module.check_mode)
+        except OSError as exc:
+            module.fail_json(msg=f"removing a drop-in: {exc}")
+        for note in result["sandbox_warnings"]:
+            module.warn(note)
+        module.exit_json(**result)
     merged = merge(module.params["manages"])
     state = live_state(merged)
     content = json.dumps({"inputs": module.params["inputs"], "manages": merged, "state": state},
