@@ -175,9 +175,10 @@ class Agent:
         prefix = self.cfg["watch_prefix"]
         rev = start
         restarts = 0
+        progress = self.progress_flag()
         while not self.watch_stop.is_set() and time.time() < self.deadline and restarts < 200:
             cmd = [*self.base, "--dial-timeout=2s", "-w", "json", "watch", "--prefix",
-                   "--progress-notify", f"--rev={rev}", prefix]
+                   *progress, f"--rev={rev}", prefix]
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True)
             stopper = threading.Thread(target=self._kill_on_stop, args=(proc,), daemon=True)
@@ -193,6 +194,14 @@ class Agent:
             self.emit({"type": "restart", "t": self.now(), "from": rev, "reason": err})
             self.watch_stop.wait(1.0)
 
+    def progress_flag(self) -> list[str]:
+        """``--progress-notify`` where this etcdctl knows it (3.5 does; Debian bookworm's
+        etcd-client 3.4.23 does not and exits with "unknown flag", so every watch would
+        restart without delivering anything)."""
+        res = subprocess.run([*self.base, "watch", "--help"], capture_output=True, text=True,
+                             check=False)
+        return ["--progress-notify"] if "--progress-notify" in res.stdout + res.stderr else []
+
     def _kill_on_stop(self, proc: subprocess.Popen[str]) -> None:
         while proc.poll() is None:
             if self.watch_stop.wait(0.5) or time.time() > self.deadline:
@@ -200,7 +209,7 @@ class Agent:
                 return
 
     def watch_line(self, line: str, rev: int) -> int:
-        """One line of ``etcdctl watch -w json --progress-notify``: a response (JSON), or a
+        """One line of ``etcdctl watch -w json [--progress-notify]``: a response (JSON), or a
         progress notification, which etcdctl prints as text (watch_command.go:171-172)."""
         if line.startswith("progress notify: "):
             tail = line.split(":", 1)[1].strip()
