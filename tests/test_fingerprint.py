@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +217,33 @@ def test_a_service_is_compared_with_what_its_unit_gives_it(tmp_path: Path) -> No
         assert module._expand("haproxy -Ws -f $CONFIG $EXTRAOPTS -x ${SOCK}/m $NONE",
                               {"CONFIG": "/c", "EXTRAOPTS": "-S /s", "SOCK": "/run"}) == \
             ["haproxy", "-Ws", "-f", "/c", "-S", "/s", "-x", "/run/m"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_script_run_through_its_interpreter_is_what_its_unit_starts(tmp_path: Path) -> None:
+    """A service whose ExecStart is a script (the k0s test double is a Python script) runs as
+    `<interpreter> <script> args` (the kernel puts the #! interpreter first): not drift; other
+    arguments are, and a binary's command line is still compared from its start."""
+    script = tmp_path / "app"
+    script.write_text("#!/bin/sh\nsleep \"$1\"\n")
+    script.chmod(0o755)
+    proc = subprocess.Popen([str(script), "30"])
+    try:
+        props = {"MainPID": [str(proc.pid)], "DropInPaths": [""],
+                 "ExecStart": [f"{{ path={script} ; argv[]={script} 30 ; ignore_errors=no ; pid=1 }}"]}
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[1:2] != [str(script).encode()]:
+            assert time.monotonic() < deadline, "the script never started"
+            time.sleep(0.05)
+        env = module.process_environ(proc.pid) or {}   # the environment is not what this test is about
+        assert module.unit_drift("app", props, set(), env) == ([], [])
+        props["ExecStart"] = [f"{{ path={script} ; argv[]={script} 40 ; ignore_errors=no ; pid=1 }}"]
+        problems, _ = module.unit_drift("app", props, set(), env)
+        assert [p for p in problems if "its unit starts" in p] == [
+            f"app.service: its process {proc.pid} runs /bin/sh {script} 30, its unit starts {script} 40 (restart it)"]
+        assert not module._started_as(["wrapper", "/bin/sleep", "30"], ["/bin/sleep", "30"])
     finally:
         proc.kill()
         proc.wait()

@@ -343,10 +343,29 @@ def unit_drift(unit: str, props: dict[str, list[str]], managed: set[str],
         cmdline = []
     starts = [_expand(a, {**manager_env, **given})
               for a in re.findall(r"argv\[\]=(.*?) ; ", " ".join(props.get("ExecStart", [])))]
-    if cmdline and starts and not any(cmdline[:len(a)] == a for a in starts):
+    if cmdline and starts and not any(_started_as(cmdline, a) for a in starts):
         problems.append(f"{name}: its process {pid} runs {' '.join(cmdline)[:160]}, its unit "
                         f"starts {' '.join(starts[0])[:160]} (restart it)")
     return problems, foreign
+
+
+def _is_script(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == b"#!"
+    except OSError:
+        return False
+
+
+def _started_as(cmdline: list[str], argv: list[str]) -> bool:
+    """The process runs ``argv``: its command line begins with it or, where argv[0] is a
+    script, holds it after the interpreter the kernel put first (binfmt_script: the
+    interpreter and its one optional argument, then the script's path; `#!/usr/bin/env X`
+    leaves X and the path)."""
+    if cmdline[:len(argv)] == argv:
+        return True
+    return bool(argv) and _is_script(argv[0]) and any(
+        cmdline[i:i + len(argv)] == argv for i in (1, 2))
 
 
 def units_drift(merged: dict[str, Any]) -> dict[str, tuple[list[str], list[str]]]:
