@@ -105,10 +105,17 @@ def test_an_interrupted_up_leaves_no_process_and_down_cleans_up(
     env.pop("SANDBOX_BACKEND", None)
     env.pop("SANDBOX_TOPOLOGY", None)
     out_path, err_path = tmp_path / "up.out", tmp_path / "up.err"
-    with open(out_path, "w") as out, open(err_path, "w") as err:
-        up = subprocess.Popen([str(SCRIPTS / "sandbox"), "up", "--topology", str(path)],
-                              cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                              stderr=err, start_new_session=True)
+    # Ctrl-C's default in the command, as in a terminal, even when this run was started with
+    # SIGINT ignored (`cmd &` in a script, nohup): an ignored signal stays ignored across
+    # exec, a handled one is reset to the default.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            up = subprocess.Popen([str(SCRIPTS / "sandbox"), "up", "--topology", str(path)],
+                                  cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                  stderr=err, start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         # Await: the nodes phase made the network, and a worker of ansible-playbook runs.
         deadline = time.monotonic() + BUSY_DEADLINE

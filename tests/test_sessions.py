@@ -49,8 +49,13 @@ def running(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux' /proc")
 def test_an_interrupted_wait_ends_the_session_and_all_it_started(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     monkeypatch.setattr(sessions, "TERM_SECONDS", 0.5)   # the stubborn child: SIGKILL sooner
+    # Python's own Ctrl-C handler, as in a terminal: a run started in the background by a
+    # shell without job control (`cmd &` in a script, nohup) inherits SIGINT ignored, and the
+    # tree's Ctrl-C would then never arrive.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     script, pids_file = tmp_path / "tree.py", tmp_path / "pids"
     script.write_text(TREE)
     with pytest.raises(sessions.Interrupted) as info:
