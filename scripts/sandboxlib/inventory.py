@@ -56,6 +56,9 @@ def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
             "node_address": node.address(backend),
             "ansible_python_interpreter": "/usr/bin/python3",
             "ansible_ssh_common_args": SSH_OPTS,
+            # The same as SSH_OPTS says, for Mitogen's SSH (ansible.cfg's strategy), which puts
+            # its own StrictHostKeyChecking first: the nodes are the sandbox's own, new keys each.
+            "ansible_host_key_checking": False,
         }
         if backend == "podman":
             hv.update(ansible_user="root",
