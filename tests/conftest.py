@@ -220,6 +220,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: end-to-end test that creates podman nodes")
 
 
+@pytest.fixture(autouse=True)
+def _localhost_runs_on_ansibles_linear_strategy(request: pytest.FixtureRequest,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests that are not whole-sandbox tests (no ``e2e`` mark) run their playbooks and
+    modules on this host, in runs of a few seconds: there Mitogen's start (its connection
+    multiplexer and a child Python per run, about 0.5 s each) costs more than it saves, and
+    the pytest stage took 582 s under Mitogen against 500 s under Ansible's linear strategy
+    (docs/performance.md). They run on linear (AnsiballZ, as Ansible itself runs a module);
+    the modules under Mitogen, as users run them, are the Molecule scenarios' and the e2e
+    tests'. A strategy given by the caller's environment is kept."""
+    if request.node.get_closest_marker("e2e") is None and "ANSIBLE_STRATEGY" not in os.environ:
+        monkeypatch.setenv("ANSIBLE_STRATEGY", "linear")
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` TCP ports free on loopback now (for etcd members the tests start)."""
     import socket

@@ -73,20 +73,18 @@ PYTEST_STAGES: list[tuple[str, list[str]]] = [
     ("pytest attack-e2e", ["pytest", ATTACK_E2E]),
 ]
 
-# Seconds each heavy stage took in a clean-clone run of .ci/run with two at a time
-# (2026-12-03, docs/performance.md; k0s_controller, k0s_tenants and etcd_grow_takeover less the
-# waits removed since: the preflight's, the stand-in's stop, the growth's restarts; pytest and
-# pytest cli-e2e split from CI's 1161 s of 2026-12-04, less the steps that left the e2e): the pool
-# starts the longest first so that the two lanes end close together. Unknown stages count 300.
+# Seconds each heavy stage took in a clean-clone run of .ci/run with two at a time (ced34c8,
+# 2026-12-05, docs/performance.md; pytest less what its tests saved on Ansible's linear
+# strategy since): the pool starts the longest first so that the two lanes end close
+# together. Unknown stages count 300.
 EXPECTED_SECONDS: dict[str, int] = {
-    "pytest": 560, "pytest cli-e2e": 370, "molecule crd_apiserver": 450,
-    "pytest vagrant-e2e": 420,
-    "molecule etcd_rbac_rotation": 410, "molecule k0s_controller": 340,
-    "molecule etcd_grow_takeover": 325, "molecule k0s_tenants": 305,
-    "molecule etcd_backup_restore": 215, "ansible-lint": 210, "molecule etcd": 190,
-    "molecule pki": 100, "molecule k0s_tenants_plain": 100, "pytest collection-e2e": 90,
-    "pytest attack-e2e": 200,
-    "molecule etcd_release": 60, "molecule lb": 45,
+    "pytest": 880, "molecule k0s_controller": 610, "pytest cli-e2e": 600,
+    "molecule crd_apiserver": 525, "molecule etcd_rbac_rotation": 470,
+    "pytest vagrant-e2e": 440, "molecule etcd_grow_takeover": 375,
+    "molecule k0s_tenants": 360, "molecule etcd_backup_restore": 250, "molecule etcd": 210,
+    "molecule k0s_tenants_plain": 140, "ansible-lint": 130, "pytest attack-e2e": 130,
+    "pytest collection-e2e": 105, "molecule pki": 70, "molecule etcd_release": 65,
+    "molecule lb": 50,
     # 15-20 s with its test environments cached, 2-15 min on a host that has none: counted
     # at 2 min, so it does not start last
     "ansible-test sanity": 120,
