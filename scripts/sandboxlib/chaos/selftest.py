@@ -2,7 +2,8 @@
 
 ``generate`` runs clients against a sequential etcd-like store (one global revision counter,
 per-key mod revisions): each operation takes effect at a linearization point inside its
-[invoke, complete] interval, so the history it returns is linearizable by construction --
+[invoke, complete] interval (``rate`` of them per second: the higher, the more operations of
+the ``n_procs`` clients overlap), so the history it returns is linearizable by construction --
 with operations of unknown outcome (applied or not, their answer lost), serializable reads, and
 a final read of every key. ``mutate`` then changes ONE operation so that the history cannot
 be linearizable any more (a stale read, a read of a value never written, a compare-and-swap
@@ -29,7 +30,8 @@ WATCH_MUTATIONS = ("watch-gap", "watch-duplicate", "watch-order", "watch-stalled
 
 
 def generate(rng: random.Random, n_ops: int, n_keys: int = 8, n_procs: int = 4,
-             p_unknown: float = 0.03, iface: str = "etcd", tenant: str = "t") -> History:
+             p_unknown: float = 0.03, iface: str = "etcd", tenant: str = "t",
+             rate: float = 4.0) -> History:
     rev = 100
     names = [f"/{tenant}/k{i}" if iface == "etcd" else f"{tenant}-k{i}" for i in range(n_keys)]
     state: dict[str, tuple[str, int] | None] = {k: None for k in names}
@@ -39,7 +41,7 @@ def generate(rng: random.Random, n_ops: int, n_keys: int = 8, n_procs: int = 4,
     lin = 0.0
     events: list[WatchEvent] = []
     for i in range(n_ops):
-        lin += rng.expovariate(4.0)
+        lin += rng.expovariate(rate)
         candidates = [p for p in range(n_procs) if free_at[p] < lin]
         if not candidates:
             lin = min(free_at) + 0.001
