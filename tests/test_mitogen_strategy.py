@@ -43,7 +43,7 @@ def _parents(tmp_path: Path, **env: str) -> list[str]:
     playbook.write_text(yaml.safe_dump([{
         "hosts": "localhost", "gather_facts": False,
         "tasks": [{"name": "Who started this shell",
-                   "ansible.builtin.shell": "ps -o args= -p $PPID",
+                   "ansible.builtin.shell": "ps -ww -o args= -p $PPID",
                    "register": "who", "changed_when": False},
                   {"ansible.builtin.debug": {"msg": "PARENT={{ who.stdout }}"}}]}]))
     res = subprocess.run([str(BIN / "ansible-playbook"), str(playbook)], cwd=REPO_ROOT,

@@ -72,9 +72,10 @@ def test_plan_full_quick_and_one_scenario() -> None:
     assert f"--ignore={testrun.CLI_E2E}" in dict(heavy)["pytest"]
     assert dict(heavy)["pytest cli-e2e"][1] == testrun.CLI_E2E
     serial, heavy = testrun.plan(_args("--quick"), known)
-    assert heavy == [] and serial[-1][0] == "pytest" and "build-image" not in dict(serial)
-    assert "ansible-lint" in dict(serial) and "ansible-test sanity" in dict(serial)
-    assert testrun.VAGRANT_E2E in " ".join(serial[-1][1])   # as --ignore=
+    assert "build-image" not in dict(serial) and "pytest" not in dict(serial)
+    assert sorted(n for n, _ in heavy) == ["ansible-lint", "ansible-test sanity", "pytest"]
+    quick = dict(heavy)["pytest"]   # no podman node, on two workers
+    assert quick[quick.index("-m") + 1] == "not e2e" and quick[quick.index("-n") + 1] == "2"
     serial, heavy = testrun.plan(_args("-s", "lb"), known)
     assert [n for n, _ in serial] == ["build-image"] and [n for n, _ in heavy] == ["molecule lb"]
 

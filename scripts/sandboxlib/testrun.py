@@ -73,6 +73,10 @@ PYTEST_STAGES: list[tuple[str, list[str]]] = [
     ("pytest attack-e2e", ["pytest", ATTACK_E2E]),
 ]
 
+# --quick's pytest: every test that makes no podman node (no e2e mark), on two workers.
+QUICK_PYTEST = ("pytest", ["pytest", "tests", "-m", "not e2e", f"--ignore={VAGRANT_E2E}",
+                           "-n", "2", "--durations=10"])
+
 # Seconds each heavy stage took in a clean-clone run of .ci/run with two at a time (ced34c8,
 # 2026-12-05, docs/performance.md; pytest less what its tests saved on Ansible's linear
 # strategy since): the pool starts the longest first so that the two lanes end close
@@ -278,7 +282,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog="scripts/test",
         description="Lint, type-check, pytest and every Molecule scenario of the sandbox.")
     p.add_argument("--quick", action="store_true",
-                   help="lint and pytest only: no Molecule scenario, no Vagrant e2e")
+                   help="lint and the tests that make no node: no Molecule scenario, no e2e test")
     p.add_argument("-s", "--scenario", action="append", metavar="NAME", default=[],
                    help="run only this Molecule scenario (repeatable; no pytest)")
     p.add_argument("-j", "--jobs", type=int,
@@ -299,9 +303,12 @@ def plan(args: argparse.Namespace, known: list[str]) -> tuple[list[tuple[str, li
     if args.scenario:
         serial = [s for s in serial if s[0] == "build-image"]
     elif args.quick:
-        serial = [s for s in serial if s[0] != "build-image"]
-        serial.append(("pytest", ["pytest", "tests", f"--ignore={VAGRANT_E2E}"]))
-        return serial, heavy
+        # No podman node: pytest's tests without the e2e mark, on two workers (pytest-xdist),
+        # with ansible-lint and ansible-test beside them in the pool.
+        heavy.extend(s for s in serial if s[0] in (ANSIBLE_LINT, SANITY))
+        heavy.append(QUICK_PYTEST)
+        serial = [s for s in serial if s[0] not in (ANSIBLE_LINT, SANITY, "build-image")]
+        return serial, longest_first(heavy)
     else:
         # ansible-lint and ansible-test keep one core busy for minutes: in the pool they
         # overlap other work.
