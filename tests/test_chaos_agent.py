@@ -67,8 +67,8 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
 
 def _run_agent(url: str, etcdctl: str, seconds: float) -> History:
     hist = History(meta={"prefixes": {"t": "/t/"}})
-    t0 = time.time()
-    cfg = {"t0": t0, "tenant": "t", "run": "unit", "seed": 7, "clients": 3, "keys": 3,
+    t0 = time.monotonic()
+    cfg = {"t0": t0, "sent": time.monotonic(), "tenant": "t", "run": "unit", "seed": 7, "clients": 3, "keys": 3,
            "prefix": "/t/chaos/unit/", "watch_prefix": "/t/", "endpoints": [url],
            "cacert": None, "cert": None, "key": None, "pace": 0.02, "max_seconds": 120,
            "etcdctl": etcdctl}
@@ -88,7 +88,21 @@ def _run_agent(url: str, etcdctl: str, seconds: float) -> History:
     workload.close(proc.stdin)
     assert proc.wait(timeout=30) == 0
     reader.join(timeout=10)
+    # One clock, the monotonic one, for the agent's times and this process's.
+    took = time.monotonic() - t0
+    assert all(0 <= o.invoke <= (o.complete or o.invoke) <= took for o in hist.ops), took
     return hist
+
+
+def test_an_agent_on_another_clock_refuses_to_start() -> None:
+    cfg = {"t0": 0.0, "sent": time.monotonic() - 3600, "tenant": "t", "run": "unit", "seed": 7,
+           "clients": 1, "keys": 1, "prefix": "/t/chaos/unit/", "watch_prefix": "/t/",
+           "endpoints": ["http://127.0.0.1:9"], "cacert": None, "cert": None, "key": None,
+           "pace": 0.02, "max_seconds": 5, "etcdctl": "false"}
+    done = subprocess.run([sys.executable, str(AGENT), json.dumps(cfg)], capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "monotonic clock is +3600 s from the control node's" in done.stderr, done.stderr
 
 
 def test_agent_against_real_etcd(etcd: tuple[str, str]) -> None:

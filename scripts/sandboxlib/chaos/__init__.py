@@ -52,16 +52,17 @@ def check_args(args: argparse.Namespace) -> list[str]:
 def schedule(faults: list[str], duration: float, start: float, inject: Callable[[str], Any],
              say: Callable[[str], None]) -> None:
     """Quiet, the first fault, quiet, the next ...: each listed fault once, in order (name one
-    twice to repeat it), then the workload without faults until ``duration``. A fault under
+    twice to repeat it), then the workload without faults until ``duration`` (``start``: the
+    workload's t0 on the monotonic clock). A fault under
     way when ``duration`` ends is healed first; the later ones are skipped, and said so."""
     time.sleep(min(QUIET, duration / 6))
     for i, fault in enumerate(faults):
-        if time.time() - start > duration - QUIET / 2:
+        if time.monotonic() - start > duration - QUIET / 2:
             say(f"    skipped (no time left in --duration): {', '.join(faults[i:])}")
             break
         inject(fault)
-        time.sleep(max(0.0, min(QUIET, duration - (time.time() - start))))
-    left = duration - (time.time() - start)
+        time.sleep(max(0.0, min(QUIET, duration - (time.monotonic() - start))))
+    left = duration - (time.monotonic() - start)
     if left > 0:
         say(f"    workload goes on for {left:.0f}s without faults")
         time.sleep(left)

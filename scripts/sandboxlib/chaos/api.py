@@ -280,9 +280,9 @@ def client_loop(ep: Endpoint, names: list[str], rng: random.Random, value_of: Ca
             kind, value, expected = "cas", value_of(), seen.get(name)
         else:
             kind, value = "delete", None
-        t0 = time.time()
+        t0 = time.monotonic()
         outcome, result, error = run_op(ep, kind, name, value, expected)
-        record(kind, name, value, expected, t0, time.time(), outcome, result, error)
+        record(kind, name, value, expected, t0, time.monotonic(), outcome, result, error)
         if outcome == "ok":
             if result.get("found") is False or result.get("deleted"):
                 seen[name] = None

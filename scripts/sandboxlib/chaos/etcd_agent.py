@@ -50,7 +50,21 @@ class Agent:
         self.deadline = time.time() + float(cfg["max_seconds"])
 
     def now(self) -> float:
-        return time.time() - self.t0
+        return time.monotonic() - self.t0
+
+    def same_clock(self) -> str:
+        """Why this host's monotonic clock is not the control node's, or "" when it is: the
+        history puts both on one time line (a podman container of the control node's host
+        shares its kernel's CLOCK_MONOTONIC; a VM or another host does not). ``sent`` is the
+        control node's clock when it started this agent, a second or so ago."""
+        sent = self.cfg.get("sent")
+        if sent is None:
+            return ""
+        lag = time.monotonic() - float(sent)
+        if -1.0 <= lag <= 120.0:
+            return ""
+        return (f"this node's monotonic clock is {lag:+.0f} s from the control node's: the "
+                "chaos history needs one clock (podman nodes on the control node's host)")
 
     def emit(self, obj: dict[str, Any]) -> None:
         with self.lock:
@@ -292,6 +306,10 @@ class Agent:
         self.final.set()
 
     def main(self) -> None:
+        why = self.same_clock()
+        if why:
+            print(f"etcd agent: {why}", file=sys.stderr)
+            sys.exit(2)
         start = self.start_revision()
         self.emit({"type": "ready", "start_rev": start, "t": self.now()})
         threading.Thread(target=self.commands, daemon=True).start()
