@@ -1,5 +1,5 @@
-"""The global revision order of a tenant's etcd interface (scripts/sandboxlib/chaos/
-revisions.py): a table of hand-written histories, one per violation class, that must be
+"""The global revision order of a tenant's etcd interface and its API clients' writes
+(scripts/sandboxlib/chaos/revisions.py): a table of hand-written histories, one per violation class, that must be
 REJECTED with their anomaly, and valid reorderings that must be ACCEPTED. Most violations
 involve two keys (or a read concurrent with the write it misses), so the per-key search
 alone accepts them: the test asserts which check names each one.
@@ -186,3 +186,38 @@ def test_recorded_real_history_with_a_header_moved_back_fails() -> None:
     target.result["header"] = write.result["rev"] - 1
     kinds = {a.type for a in checker.check(hist).anomalies}
     assert kinds & {"revision-backwards", "read-beyond-header", "stale-by-revision"}, kinds
+
+
+# -- the API clients' writes in the same order (kube-apiserver's resourceVersion is the etcd
+# transaction's revision) -------------------------------------------------------------------
+def api_write(i: int, name: str, a: float, b: float, value: str, rv: int) -> Op:
+    return Op(id=i, process=f"t/api-{i}", tenant="t", iface="api", kind="create", key=name, invoke=a,
+              complete=b, outcome="ok", value=value, result={"rev": rv})
+
+
+@pytest.mark.parametrize(("name", "kind", "ops"), [
+    ("an API write acknowledged before an etcd write, at a higher revision", "write-order",
+     [api_write(0, "t-k0", 0, 1, "chaos-a", 20), put(1, "k1", 2, 3, "chaos-b", 15)]),
+    ("an etcd read after an API write was answered, served below it", "revision-backwards",
+     [api_write(0, "t-k0", 0, 1, "chaos-a", 30), read(1, "k1", 2, 3, 29)]),
+    ("two API writes in real-time order, decreasing resourceVersions", "write-order",
+     [api_write(0, "t-k0", 0, 1, "chaos-a", 30),
+      api_write(1, "t-k1", 2, 3, "chaos-b", 25)]),
+    ("an API write and an etcd write with one revision", "revision-shared",
+     [api_write(0, "t-k0", 0, 2, "chaos-a", 20), put(1, "k1", 1, 3, "chaos-b", 20)]),
+])
+def test_api_writes_are_in_the_tenants_revision_order(name: str, kind: str, ops: list[Op]) -> None:
+    anomalies = found(*ops)
+    assert [a.type for a in anomalies] == [kind], (name, anomalies)
+    assert {o["id"] for o in anomalies[0].ops} == {0, 1}
+    assert anomalies[0].where == "t etcd and API (all keys)"
+
+
+def test_api_and_etcd_writes_interleaved_in_revision_order_are_accepted() -> None:
+    ops = [put(0, "k1", 0, 1, "chaos-a", 10), api_write(1, "t-k0", 2, 3, "chaos-b", 11),
+           read(2, "k1", 4, 5, 11, "chaos-a", 10),
+           # concurrent: either order of revisions
+           api_write(3, "t-k1", 6, 9, "chaos-c", 13), put(4, "k2", 7, 8, "chaos-d", 12)]
+    assert found(*ops) == []
+    _, counted = revisions.check(History(ops=ops))
+    assert counted == 5

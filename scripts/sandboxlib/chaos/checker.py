@@ -16,7 +16,8 @@ sub-history that shows it.
   410 Expired -- is counted, not an anomaly), and the end marker reached. A watch event of a
   write of unknown outcome is evidence that it committed at that revision (the revision
   order below holds later reads to it).
-- **The global revision order** of each tenant's etcd clients, across keys (revisions.py):
+- **The global revision order** of each tenant's etcd clients and API clients' writes, across
+  keys (revisions.py):
   writes in real-time order get increasing revisions, no two share one, header revisions
   never go back, a read shows the last write at or below its header revision, a write of
   unknown outcome a read saw took a free revision.
