@@ -22,7 +22,7 @@ import pytest
 import yaml
 from conftest import REPO_ROOT
 
-DIR = REPO_ROOT / "molecule" / "shared" / "k0s-test-double"
+DIR = REPO_ROOT / "tests" / "k0s-test-double"
 DOUBLE = DIR / "k0s"
 
 ETCDCTL = textwrap.dedent('''\

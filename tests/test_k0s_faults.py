@@ -28,7 +28,7 @@ import yaml
 from conftest import load_k0s_filter
 
 REPO = Path(__file__).resolve().parents[1]
-DOUBLE = REPO / "molecule" / "shared" / "k0s-test-double" / "k0s"
+DOUBLE = REPO / "tests" / "k0s-test-double" / "k0s"
 
 
 guard = load_k0s_filter("k0s_guard")

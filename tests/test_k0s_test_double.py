@@ -1,4 +1,4 @@
-"""The k0s test double (not k0s), molecule/shared/k0s-test-double: it says what it is, its
+"""The k0s test double (not k0s), tests/k0s-test-double: it says what it is, its
 controller refuses to run outside the tests, and nothing but the Molecule scenarios uses it:
 `scripts/sandbox up` (apiserver.k0s_source, the CLI's environment) and roles/k0s_controller
 refuse it wherever it comes from (K0S_BINARY, the cache, a download)."""
@@ -19,7 +19,7 @@ from sandboxlib import apiserver, context, runner
 from sandboxlib.progress import Screen
 from sandboxlib.topology import load
 
-DOUBLE = REPO_ROOT / "molecule" / "shared" / "k0s-test-double" / "k0s"
+DOUBLE = REPO_ROOT / "tests" / "k0s-test-double" / "k0s"
 LABEL = "k0s test double (not k0s)"
 
 

@@ -1,4 +1,4 @@
-"""Mitogen for Ansible as the project's strategy (ansible.cfg, plugins/strategy/mitogen_linear.py).
+"""Mitogen for Ansible as the project's strategy (ansible.cfg, scripts/ansible_plugins/strategy/mitogen_linear.py).
 
 What is checked as Ansible sees it: the configuration every entry point reads names the
 strategy; a playbook run from the repository root really runs its tasks under Mitogen (a
@@ -19,7 +19,7 @@ import yaml
 from conftest import REPO_ROOT, explain
 
 BIN = Path(sys.executable).parent
-PLUGIN = REPO_ROOT / "plugins" / "strategy" / "mitogen_linear.py"
+PLUGIN = REPO_ROOT / "scripts" / "ansible_plugins" / "strategy" / "mitogen_linear.py"
 
 
 def ansible_env(**extra: str) -> dict[str, str]:
@@ -34,7 +34,7 @@ def test_ansible_cfg_names_the_mitogen_strategy_and_its_path() -> None:
     assert res.returncode == 0, explain(res)
     seen = {item["name"]: item["value"] for item in json.loads(res.stdout) if "name" in item}
     assert seen["DEFAULT_STRATEGY"] == "mitogen_linear"
-    assert seen["DEFAULT_STRATEGY_PLUGIN_PATH"] == [str(REPO_ROOT / "plugins" / "strategy")]
+    assert seen["DEFAULT_STRATEGY_PLUGIN_PATH"] == [str(REPO_ROOT / "scripts" / "ansible_plugins" / "strategy")]
 
 
 def _parents(tmp_path: Path, **env: str) -> list[str]:

@@ -14,7 +14,7 @@ from conftest import REPO_ROOT, load_plugin
 
 
 def _plugin() -> ModuleType:
-    return load_plugin("plugins/callback/sandbox_progress.py")
+    return load_plugin("scripts/ansible_plugins/callback/sandbox_progress.py")
 
 
 @pytest.mark.parametrize(("result", "message"), [
@@ -75,7 +75,7 @@ def test_callback_sends_one_json_event_per_line(tmp_path: Path) -> None:
     book.write_text(PLAYBOOK)
     events_file = tmp_path / "events"
     result = tmp_path / "result.json"
-    env = dict(os.environ, ANSIBLE_CALLBACK_PLUGINS=str(REPO_ROOT / "plugins" / "callback"),
+    env = dict(os.environ, ANSIBLE_CALLBACK_PLUGINS=str(REPO_ROOT / "scripts" / "ansible_plugins" / "callback"),
                ANSIBLE_CALLBACKS_ENABLED="sandbox_progress", SANDBOX_PROGRESS_FILE=str(events_file),
                SANDBOX_RESULT_FILE=str(result), ANSIBLE_LOCALHOST_WARNING="false",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="false")

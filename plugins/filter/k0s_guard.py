@@ -18,7 +18,7 @@ from ansible_collections.k0sbox.external_etcd.plugins.plugin_utils.sandbox_tenan
     normalize_prefix,
 )
 
-# The k0s test double (molecule/shared/k0s-test-double) says this in its first lines.
+# The k0s test double (tests/k0s-test-double) says this in its first lines.
 TEST_DOUBLE_MARKER = "k0s test double (not k0s)"
 TAKEOVER_PKI_FILES = ("ca.crt", "ca.key", "sa.key", "sa.pub")
 

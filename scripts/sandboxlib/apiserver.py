@@ -26,7 +26,7 @@ from .topology import REPO_ROOT, Topology
 BUILD = REPO_ROOT / "scripts" / "build-apiserver"
 K0S_DEFAULTS = REPO_ROOT / "roles" / "k0s_controller" / "defaults" / "main.yml"
 K0S_CACHE = REPO_ROOT / ".cache" / "k0s"
-# The project's k0s test double (molecule/shared/k0s-test-double) says this in its first
+# The project's k0s test double (tests/k0s-test-double) says this in its first
 # lines; it is for the Molecule scenarios only and never a k0s binary for `up`.
 TEST_DOUBLE_MARKER = b"k0s test double (not k0s)"
 STANDIN_KUBECTL = "/usr/local/bin/kubectl --kubeconfig /etc/crd-apiserver/admin.conf"

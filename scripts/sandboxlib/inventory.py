@@ -1,6 +1,6 @@
 """Turn a :class:`~sandboxlib.topology.Topology` into Ansible inventory data.
 
-Used by the inventory plugin (``plugins/inventory/sandbox_topology.py``), by the CLI and,
+Used by the inventory plugin (``scripts/ansible_plugins/inventory/sandbox_topology.py``), by the CLI and,
 through ``scripts/sandbox inventory --json``, by the Vagrantfile, so that every entry point
 sees the same hosts, groups and variables.
 """

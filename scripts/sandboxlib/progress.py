@@ -6,7 +6,7 @@ terminal (CI, pipes, ``TERM=dumb``): plain lines without control characters, one
 step starts (``==> ...``) and one when it ends. ``-v`` shows every Ansible task as well.
 Standard library only: the bootstrap uses it before the virtualenv exists.
 
-The Ansible side is plugins/callback/sandbox_progress.py: it sends one JSON event per line
+The Ansible side is scripts/ansible_plugins/callback/sandbox_progress.py: it sends one JSON event per line
 (playbook, play, task start and end, warning, failure, stats) that :class:`PlaybookView`
 turns into phases (consecutive plays from the same playbook file: nodes, validate, pki,
 etcd, lb, k0s, apiserver, verify).
@@ -146,7 +146,7 @@ def step(screen: Screen, label: str, note: str = "") -> Iterator[dict[str, str]]
 
 
 class PlaybookView:
-    """Ansible's events (plugins/callback/sandbox_progress.py) as phases on a Screen."""
+    """Ansible's events (scripts/ansible_plugins/callback/sandbox_progress.py) as phases on a Screen."""
 
     def __init__(self, screen: Screen, verbose: bool | None = None) -> None:
         self.screen = screen

@@ -1,7 +1,7 @@
 """Run ansible-playbook (podman backend) or Vagrant with concise progress and a full log.
 
 ansible's own output goes to a log file under ``<state dir>/logs/``; the project's callback
-plugin (``plugins/callback/sandbox_progress.py``) sends progress events to a FIFO that a
+plugin (``scripts/ansible_plugins/callback/sandbox_progress.py``) sends progress events to a FIFO that a
 thread here turns into one line per phase (progress.PlaybookView; every task with ``-v``),
 and writes a JSON result with the failed tasks from which the CLI makes its one-line reason.
 """
@@ -48,7 +48,7 @@ class RunContext:
     def env(self, backend: str, result_file: Path | None = None) -> dict[str, str]:
         # Never the k0s test double's permission: only the Molecule scenarios grant it.
         env = {k: v for k, v in os.environ.items() if k != "K0S_TEST_DOUBLE_ALLOWED"}
-        plugins = str(REPO_ROOT / "plugins" / "callback")
+        plugins = str(REPO_ROOT / "scripts" / "ansible_plugins" / "callback")
         enabled = [c for c in env.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if c]
         env.update(
             ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"),

@@ -2,7 +2,7 @@
 
 A topology file is also an Ansible inventory source (``plugin: sandbox_topology``), so
 ``ansible-playbook -i inventories/default.yml`` reads it directly through the inventory
-plugin in ``plugins/inventory``; the CLI and the Vagrantfile read the same file.
+plugin in ``scripts/ansible_plugins/inventory``; the CLI and the Vagrantfile read the same file.
 Every error is a :class:`TopologyError` whose message names the field and the fix.
 """
 

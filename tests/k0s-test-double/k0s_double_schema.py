@@ -8,7 +8,7 @@ from pathlib import Path
 from k0s_double_common import TOOLS, say
 
 CRD_NAME = "k0s-clusterconfig-crd.yaml"
-REPO_CRD = Path(__file__).resolve().parents[3] / "tests/fixtures/k0s-v1.36.3-clusterconfig-crd.yaml"
+REPO_CRD = Path(__file__).resolve().parents[1] / "fixtures/k0s-v1.36.3-clusterconfig-crd.yaml"
 PREFIX = "error unmarshaling JSON: while decoding JSON: json: "
 # Types whose UnmarshalJSON decodes with a plain json.Unmarshal, so the strict decoder's
 # DisallowUnknownFields does not reach below them: an unknown field there is ignored by k0s
