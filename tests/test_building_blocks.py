@@ -5,7 +5,7 @@ blocks"): no task file, playbook or scenario writes its own copy again.
   members' data, promoting a learner) are plugins/modules/sandbox_etcd.py's;
 - the tenant rules are plugins/plugin_utils/sandbox_tenants.py's, and the roles read each tenant's
   normalised prefix (``key_prefix``) instead of normalising it again;
-- no ``python3 -c`` program is embedded in a role's tasks.
+- no Python program is embedded in a role's tasks (``python3 -c`` or a heredoc to ``python3 -``).
 """
 
 from __future__ import annotations
@@ -62,9 +62,20 @@ def test_no_copy_of_an_etcd_operation(path: Path) -> None:
             found.append(f"{task.get('name')}: {ETCD_OPERATIONS.search(cmd).group(0)}")  # type: ignore[union-attr]
         if "until" in task and "endpoint health" in cmd:
             found.append(f"{task.get('name')}: a wait for endpoint health")
-        if "python3 -c" in cmd and "roles" in path.parts:
-            found.append(f"{task.get('name')}: python3 -c in a role")
+        if EMBEDDED_PYTHON.search(cmd) and "roles" in path.parts:
+            found.append(f"{task.get('name')}: a Python program embedded in a role")
     assert found == [], "use sandbox_etcd (plugins/modules/sandbox_etcd.py) instead"
+
+
+EMBEDDED_PYTHON = re.compile(r"python3? +-c\b|python3? +- .*<<")
+
+
+def test_the_embedded_python_check_sees_both_forms() -> None:
+    # upgrade_result.yml's wait read /version with this heredoc before ansible.builtin.uri did
+    heredoc = "set -a; . /etc/etcd/etcdctl.env; set +a\npython3 - https://m:2379/version <<'PY'\nimport ssl\nPY\n"
+    assert EMBEDDED_PYTHON.search(heredoc)
+    assert EMBEDDED_PYTHON.search("python3 -c 'import json'")
+    assert not EMBEDDED_PYTHON.search("{{ etcd_etcdctl }} endpoint status -w json")
 
 
 def test_the_scan_sees_tasks() -> None:
@@ -77,7 +88,7 @@ def test_the_scan_sees_tasks() -> None:
 
 # The test double of k0s copies kube-apiserver's own normalisation (it stands in for it).
 PREFIX_RULE_HOME = {"plugins/plugin_utils/sandbox_tenants.py", "scripts/sandboxlib/sandbox_tenants.py",
-                    "molecule/shared/k0s-test-double/k0s_double_common.py"}
+                    "tests/k0s-test-double/k0s_double_common.py"}
 
 
 def test_the_tenant_rules_live_in_one_module() -> None:

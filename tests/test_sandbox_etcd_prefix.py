@@ -249,8 +249,8 @@ def test_a_transaction_whose_keys_changed_since_they_were_read_is_refused(etcd: 
     _put(etcd, "/tg/a", b"1")
     seen = etcd.get("/tg/a")[0]["mod_revision"]
     _put(etcd, "/tg/a", b"2")                           # a writer after the read
-    ctl = prefix_mod.Etcdctl({"run_as": [], "endpoints": list(etcd.client.values()),
-                              "cacert": "", "cert": "", "key": ""}, str(etcd.bindir / "etcdctl"))
+    ctl = prefix_mod.TenantEtcd({"run_as": [], "endpoints": list(etcd.client.values()),
+                                 "cacert": "", "cert": "", "key": ""}, str(etcd.bindir / "etcdctl"))
     stale = [{"op": "put", "key": b"/tg/a", "value": b"3", "lease": False, "mod_revision": seen}]
     assert not ctl.run(["txn"], prefix_mod.txn_input(stale, "")).get("succeeded")
     fresh = [{**stale[0], "mod_revision": etcd.get("/tg/a")[0]["mod_revision"]}]

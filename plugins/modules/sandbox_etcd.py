@@ -121,11 +121,13 @@ detail: {description: What was seen last (one line)., type: str, returned: alway
 """
 
 import json
-import subprocess
 import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.k0sbox.external_etcd.plugins.module_utils.etcdctl import (
+    Etcdctl,
+)
 
 # -- etcdctl's JSON, read ------------------------------------------------------------------
 
@@ -202,23 +204,19 @@ def hashes_agree(hashkv: list[dict[str, Any]], count: int) -> tuple[bool, str]:
 
 
 class Etcd:
-    """etcdctl calls through the wrapper, and the polling of the waits."""
+    """etcdctl calls through the wrapper (module_utils/etcdctl.py), and the polling of the waits."""
 
     def __init__(self, module: AnsibleModule) -> None:
         self.module = module
-        self.etcdctl = module.get_bin_path(module.params["etcdctl"], required=True,
-                                           opt_dirs=["/usr/local/bin"])
+        self.etcdctl = Etcdctl(module.get_bin_path(module.params["etcdctl"], required=True,
+                                                   opt_dirs=["/usr/local/bin"]), timeout=60)
         self.deadline = time.monotonic() + module.params["timeout"]
         self.via = module.params["via"]
         self.detail = ""
 
     def run(self, *args: str) -> tuple[int, str, str]:
-        try:
-            done = subprocess.run([self.etcdctl, *args], capture_output=True, text=True,
-                                  timeout=60, check=False)
-        except subprocess.TimeoutExpired:
-            return 124, "", f"etcdctl {' '.join(args)}: no answer in 60 s"
-        return done.returncode, done.stdout, done.stderr
+        res = self.etcdctl.call(*args)
+        return res.rc, res.text, res.stderr
 
     def view(self) -> list[dict[str, Any]]:
         """Every member of the member list with its status (member_view)."""

@@ -114,13 +114,17 @@ import base64
 import hashlib
 import json
 import os
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.k0sbox.external_etcd.plugins.module_utils.etcdctl import (
+    Connection,
+    Etcdctl,
+    EtcdctlError,
+)
 
 FORMAT = "k0s-etcd-sandbox tenant backup 1"
 MARKER = b"k0sbox-restore-in-progress"   # under the prefix: <prefix>k0sbox-restore-in-progress
@@ -411,20 +415,19 @@ def moved(records: list[dict[str, Any]], source: str, target: str) -> list[dict[
 # -- etcdctl -----------------------------------------------------------------------------------
 
 
-class Etcdctl:
+class TenantEtcd(Etcdctl):
+    """The prefix's reads and transactions in etcdctl's JSON, over the tenant's connection
+    (the collection's one etcdctl runner: module_utils/etcdctl.py)."""
+
     def __init__(self, p: dict[str, Any], binary: str) -> None:
-        tls = [f"--{k}={p[k]}" for k in ("cacert", "cert", "key") if p[k]]
-        self.argv = [*p["run_as"], binary, f"--endpoints={','.join(p['endpoints'])}", *tls,
-                     "--dial-timeout=5s", "--command-timeout=60s"]
+        super().__init__(binary, Connection.of(p), run_as=p["run_as"],
+                         extra=["--dial-timeout=5s", "--command-timeout=60s"], timeout=120)
 
     def run(self, args: list[str | bytes], stdin: str = "") -> dict[str, Any]:
-        done = subprocess.run([*self.argv, *args, "-w", "json"], input=stdin.encode(),
-                              capture_output=True, timeout=120, check=False,
-                              env={**os.environ, "ETCDCTL_API": "3"})
-        if done.returncode != 0:
-            err = done.stderr.decode(errors="replace").strip().splitlines()
-            raise PrefixError(f"etcdctl {args[0]!r}: {err[-1] if err else f'rc {done.returncode}'}")
-        return json.loads(done.stdout or b"{}")
+        try:
+            return self.json(*args, stdin=stdin.encode())  # type: ignore[no-any-return]
+        except EtcdctlError as exc:
+            raise PrefixError(str(exc)) from None
 
     def pages(self, prefix: bytes, page: int) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
         """(header, records) per page, every page at the first page's revision. A page after
@@ -476,13 +479,13 @@ def cluster_id(header: dict[str, Any]) -> str:
 # -- operations --------------------------------------------------------------------------------
 
 
-def op_check(etcd: Etcdctl | None, p: dict[str, Any], check: bool) -> dict[str, Any]:
+def op_check(etcd: TenantEtcd | None, p: dict[str, Any], check: bool) -> dict[str, Any]:
     """Everything about the copy that can be known without etcd (check_copy)."""
     return check_copy(p["src"], p["manifest"], p["tenant"], p["source_prefix"], p["prefix"],
                       p["max_txn_bytes"])
 
 
-def op_dump(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
+def op_dump(etcd: TenantEtcd, p: dict[str, Any], check: bool) -> dict[str, Any]:
     header, records = etcd.read(p["prefix"], p["page"])
     records, restore = marker_of(records, p["prefix"])
     if restore:
@@ -501,7 +504,7 @@ def op_dump(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
             "sha256": hashlib.sha256(body).hexdigest(), "cluster_id": cluster_id(header)}
 
 
-def op_usage(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
+def op_usage(etcd: TenantEtcd, p: dict[str, Any], check: bool) -> dict[str, Any]:
     header, records = etcd.read(p["prefix"], p["page"])
     records, restore = marker_of(records, p["prefix"])
     count, size = totals(records)
@@ -509,7 +512,7 @@ def op_usage(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
             "cluster_id": cluster_id(header), "restore": restore}
 
 
-def current(etcd: Etcdctl, p: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+def current(etcd: TenantEtcd, p: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """The prefix now: header, records (raw bytes) without the in-progress marker, the marker."""
     header, records = etcd.read(p["prefix"], p["page"])
     rest, restore = marker_of([{**r, "key": raw(r["key"]), "value": raw(r["value"])}
@@ -517,7 +520,7 @@ def current(etcd: Etcdctl, p: dict[str, Any]) -> tuple[dict[str, Any], list[dict
     return header, rest, restore
 
 
-def op_replace(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
+def op_replace(etcd: TenantEtcd, p: dict[str, Any], check: bool) -> dict[str, Any]:
     head, copy = read_copy(p["src"], p["sha256"])
     source = p["source_prefix"] or head["prefix"]
     if source != head["prefix"]:
@@ -539,7 +542,7 @@ def op_replace(etcd: Etcdctl, p: dict[str, Any], check: bool) -> dict[str, Any]:
         for i, batch in enumerate(todo):
             try:
                 resp = etcd.run(["txn"], txn_input(batch, lease))
-            except (PrefixError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            except (PrefixError, OSError, ValueError) as exc:
                 resp = {"error": str(exc) or type(exc).__name__}
             if not resp.get("succeeded"):
                 why = resp.get("error") or (f"a key under {p['prefix']} changed since it was "
@@ -608,10 +611,10 @@ def main() -> None:
         module.fail_json(msg=f"max_txn_ops: {p['max_txn_ops']} leaves no room for the data; give at "
                              "least 2 (one operation is the in-progress marker; etcd's limit is 128)")
     etcd = None if p["op"] == "check" else \
-        Etcdctl(p, module.get_bin_path(p["etcdctl"], required=True, opt_dirs=["/usr/local/bin"]))
+        TenantEtcd(p, module.get_bin_path(p["etcdctl"], required=True, opt_dirs=["/usr/local/bin"]))
     try:
         result = OPS[p["op"]](etcd, p, module.check_mode)
-    except (PrefixError, OSError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
+    except (PrefixError, OSError, ValueError, KeyError) as exc:
         # check: the reason alone (the caller names the file); replace: whether keys changed
         committed = getattr(exc, "committed", None)
         untouched = "; no key was changed" if p["op"] == "replace" and committed is None else ""
