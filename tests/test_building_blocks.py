@@ -71,7 +71,7 @@ EMBEDDED_PYTHON = re.compile(r"python3? +-c\b|python3? +- .*<<")
 
 
 def test_the_embedded_python_check_sees_both_forms() -> None:
-    # upgrade_result.yml's wait read /version with this heredoc before ansible.builtin.uri did
+    # upgrade/result.yml's wait read /version with this heredoc before ansible.builtin.uri did
     heredoc = "set -a; . /etc/etcd/etcdctl.env; set +a\npython3 - https://m:2379/version <<'PY'\nimport ssl\nPY\n"
     assert EMBEDDED_PYTHON.search(heredoc)
     assert EMBEDDED_PYTHON.search("python3 -c 'import json'")
@@ -80,7 +80,7 @@ def test_the_embedded_python_check_sees_both_forms() -> None:
 
 def test_the_scan_sees_tasks() -> None:
     """The check above reads tasks at every depth (a scan of nothing would pass)."""
-    tasks = list(tasks_of(yaml.safe_load((REPO / "roles/etcd/tasks/restore_switch.yml").read_text())))
+    tasks = list(tasks_of(yaml.safe_load((REPO / "roles/etcd/tasks/backup/restore_switch.yml").read_text())))
     assert any(t.get("name") == "Wait until every member holds the same data (hashkv at one revision)"
                for t in tasks)
     assert len(yaml_files()) > 100

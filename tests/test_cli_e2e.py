@@ -180,7 +180,7 @@ def test_up_then_every_documented_command(sandbox: tuple[Path, Path, dict]) -> N
         if (cmd.line.startswith("scripts/sandbox verify") or cmd.ends_sandbox) and not day2_done:
             # Before the first typed verify: drift, the day-2 commands, a power loss; the
             # typed verify lines then check the sandbox they left (one full verify each).
-            drift_then_up(state)
+            drift_then_up(state, name)
             day2_commands(path, state, data)
             power_loss_then_up(state, data)
             day2_done = True
@@ -251,13 +251,24 @@ LOOK = {"etcd-1": "sha256sum /etc/etcd/etcd.env",
         "etcd-3": "stat -c '%a %U:%G' /etc/etcd/pki/member.key; sha256sum /etc/etcd/pki/member.crt",
         "k0s-1": "systemctl is-active crd-apiserver; getent passwd kube-apiserver | cut -d: -f1,6,7"}
 PKI_RENEW = "--set=pki_renew_before_days=31"   # an input that changes no node
+# A managed service running with what its role did not give it (issue 38): a systemd drop-in
+# added by hand to a member's etcd unit, etcd restarted, so the running process has it.
+DROPIN = "/etc/systemd/system/etcd.service.d/x.conf"
+BY_HAND = (f"mkdir -p {Path(DROPIN).parent} && printf '[Service]\\nEnvironment=ETCD_ENABLE_PPROF=true\\n'"
+           f" > {DROPIN} && systemctl daemon-reload && systemctl restart etcd")
+# etcd's environment, read as its user (root in the container has no CAP_SYS_PTRACE)
+ENVIRON = ("setpriv --reuid etcd --regid etcd --clear-groups "
+           "cat /proc/$(systemctl show -p MainPID --value etcd)/environ | tr '\\0' '\\n'")
 
 
-def drift_then_up(state: Path) -> None:
+def drift_then_up(state: Path, name: str) -> None:
     """The no-op check never hides drift: each kind of managed thing changed on a node (a
     file's content, a mode, an owner, a certificate replaced, a stopped service, a removed
-    user) and an input (--set), then `up` names every one and converges them back; the same
-    `up` again finds nothing to change (the --set value is part of what it recorded)."""
+    user, a foreign drop-in in a member's etcd unit) and an input (--set); `verify` fails on
+    the drop-in naming the member, the unit and its line; then `up` names every one and
+    converges them back (the drop-in removed, with a warning, etcd restarted without it);
+    the same `up` again finds nothing to change (the --set value is part of what it
+    recorded). (The drop-in had a sandbox of its own before, test_drift_e2e: 100 s.)"""
     def look() -> dict[str, str]:
         out = {}
         for node, cmd in LOOK.items():
@@ -265,12 +276,32 @@ def drift_then_up(state: Path) -> None:
             out[node] = res.stdout
         return out
 
+    def environ() -> list[str]:
+        res = run_sandbox(["ssh", "etcd-2", ENVIRON], state)
+        assert res.returncode == 0, explain(res)
+        return res.stdout.split()
+
     before = look()
+    # the drop-in first, alone: verify fails on it and on nothing else
+    res = run_sandbox(["ssh", "etcd-2", BY_HAND], state)
+    assert res.returncode == 0, explain(res)
+    assert "ETCD_ENABLE_PPROF=true" in environ()
+    verify = run_sandbox(["verify"], state, timeout=UP_TIMEOUT)
+    assert verify.returncode != 0, explain(verify)
+    report = state / name / "verify.json"
+    failed = [c for c in json.loads(report.read_text())["checks"] if not c["ok"]]
+    report.unlink()
+    assert [c["name"].split(" runs ")[0] for c in failed] == ["etcd-2: etcd"], failed
+    assert f"etcd.service: drop-in {DROPIN} is not the roles' " \
+        "(Environment=ETCD_ENABLE_PPROF=true)" in failed[0]["detail"], failed
+    # then every other kind of drift at once
     for node, cmd, _ in DRIFT:
         res = run_sandbox(["ssh", node, cmd], state)
         assert res.returncode == 0, explain(res)
     assert look() != before
+
     up = timed(["up", PKI_RENEW], state)
+    assert f"WARNING: etcd-2: removed {DROPIN}, a drop-in no role wrote" in up.stdout, up.stdout
     log = re.search(r"full log: (\S+)", up.stdout)
     assert log, up.stdout
     why = [ln.removeprefix("# converging: ") for ln in Path(log.group(1)).read_text().splitlines()
@@ -278,8 +309,12 @@ def drift_then_up(state: Path) -> None:
     assert "changed since the last converge: the variables (--set, --etcd-install, --apiserver, " \
         "K0S_BINARY)" in why, why
     assert [r for _, _, r in DRIFT if r not in why] == [], why
+    assert [r for r in why if r.startswith(f"etcd-2: etcd.service: drop-in {DROPIN} is not the roles'")], why
     assert "converging" in up.stdout and phase_results(up.stdout), up.stdout
     assert look() == before
+    gone = run_sandbox(["ssh", "etcd-2", f"test -e {DROPIN} && echo there || echo gone"], state)
+    assert gone.stdout.strip() == "gone", explain(gone)
+    assert not [v for v in environ() if v.startswith("ETCD_ENABLE_PPROF")]
     again = timed(["up", PKI_RENEW], state)
     found = NOTHING.search(again.stdout)
     assert found, again.stdout

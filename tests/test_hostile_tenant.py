@@ -178,7 +178,7 @@ def _attack(m: Member, mode: str, nospace: bool) -> tuple[dict[str, Any], dict[s
             "fill_prefix": "/tenant-a/k0sbox-attack/fill/", "fill_value_bytes": 1000000}
     attack = _script("hostile_tenant.py", spec)
     # What sandbox_verify's attack_finish.yml does before the finish: the fill deleted, and
-    # NOSPACE undone as roles/etcd/tasks/defrag.yml does (compaction, defrag, alarm disarm).
+    # NOSPACE undone as roles/etcd/tasks/defrag/cluster.yml does (compaction, defrag, alarm disarm).
     m.admin("del", "--prefix", spec["fill_prefix"])
     recovered = []
     if "NOSPACE" in m.admin("alarm", "list"):

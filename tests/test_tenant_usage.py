@@ -105,6 +105,18 @@ def test_the_quota_the_members_run_with_else_the_etcd_role_s() -> None:
     assert usage.entries([], [_tenant("ta")], None)[0]["quota_backend_bytes"] == role_default
 
 
+def test_the_quota_is_decided_in_one_place_etcd_s_metric_first() -> None:
+    """usage.quota: status (etcd's /metrics), verify (the member's settings) and tenant-usage
+    (the inventory) all ask it; the best source given wins, a zero or unreadable one is passed."""
+    settings = ["ETCD_QUOTA_BACKEND_BYTES=16777216"]
+    assert usage.quota(metric=33554432.0, settings=settings, configured=8) == 33554432
+    assert usage.quota(metric=0, settings=settings, configured=8) == 16777216
+    assert usage.quota(metric="n/a", settings=[], configured=8589934592) == 8589934592
+    assert usage.quota(metric=None, settings=["ETCD_QUOTA_BACKEND_BYTES=-1"],
+                       configured=None) == usage.role_quota()
+    assert flt.sandbox_quota_bytes(settings, 8) == usage.quota(settings=settings, configured=8)
+
+
 def test_status_shows_a_usage_row_per_tenant(tmp_path: Any) -> None:
     from conftest import base_topology
     from sandboxlib import topology

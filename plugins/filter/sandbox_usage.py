@@ -28,7 +28,7 @@ def sandbox_tenant_usage(hosts: list[Any], tenants: list[dict[str, Any]],
 def sandbox_quota_bytes(settings: list[str], fallback: Any = None) -> int:
     """The quota of the member's ETCD_QUOTA_BACKEND_BYTES, else as the etcd role sets it
     (``fallback``: etcd_quota_backend_bytes, else the role's default)."""
-    return usage.quota_from_settings(settings or []) or usage.role_quota(fallback)
+    return usage.quota(settings=settings or [], configured=fallback)
 
 
 class FilterModule:

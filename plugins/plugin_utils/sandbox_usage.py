@@ -59,13 +59,29 @@ def quota_from_settings(lines: Iterable[str]) -> int:
     return 0
 
 
+def quota(metric: Any = None, settings: Iterable[str] = (), configured: Any = None) -> int:
+    """The backend quota the members run with -- the one place that decides it, from the best
+    source the caller has: ``metric``, etcd's own ``etcd_server_quota_backend_bytes`` from a
+    member's /metrics (``status``), when it is a positive number; else ``settings``, the
+    member's environment file, its ETCD_QUOTA_BACKEND_BYTES (verify); else ``configured``
+    (etcd_quota_backend_bytes from the inventory), the role's default, etcd's own default,
+    as the etcd role sets it (tenant-usage, which reads no member)."""
+    try:
+        if float(metric) > 0:
+            return int(float(metric))
+    except (TypeError, ValueError):
+        pass
+    return quota_from_settings(settings) or role_quota(configured)
+
+
 def entries(hosts: Iterable[Mapping[str, Any]], tenants: Iterable[Mapping[str, Any]],
-            quota: Any) -> list[dict[str, Any]]:
+            backend_quota: Any) -> list[dict[str, Any]]:
     """One entry per tenant from its controllers' host variables (the one that read has
     ``k0s_tenant_usage``, the module's result): name, prefix, controller, key_count, bytes,
     revision, quota_backend_bytes, quota_share (bytes / quota), max_bytes (None: not given),
-    over_max_bytes; ``error`` instead of the figures when the read failed or did not run."""
-    quota = role_quota(quota)
+    over_max_bytes; ``error`` instead of the figures when the read failed or did not run.
+    ``backend_quota``: as :func:`quota` decided it, or the inventory's etcd_quota_backend_bytes."""
+    backend_quota = quota(configured=backend_quota)
     results: dict[str, tuple[str, Mapping[str, Any]]] = {}
     for hv in hosts:
         got = hv.get("k0s_tenant_usage")
@@ -76,7 +92,7 @@ def entries(hosts: Iterable[Mapping[str, Any]], tenants: Iterable[Mapping[str, A
         name = str(t.get("name"))
         controller, got = results.get(name, ("", {}))
         e: dict[str, Any] = {"name": name, "prefix": t.get("key_prefix", ""),
-                             "controller": controller, "quota_backend_bytes": quota,
+                             "controller": controller, "quota_backend_bytes": backend_quota,
                              "max_bytes": t.get("max_bytes")}
         if "max_bytes" in t and max_bytes_error(t["max_bytes"]):   # an inventory not validated
             e["max_bytes_error"] = f"k0s_tenants ({name}).max_bytes: {max_bytes_error(t['max_bytes'])}"
@@ -85,7 +101,7 @@ def entries(hosts: Iterable[Mapping[str, Any]], tenants: Iterable[Mapping[str, A
         if "key_count" in got:
             size = int(got["bytes"])
             e.update(key_count=int(got["key_count"]), bytes=size, revision=got.get("revision"),
-                     quota_share=size / quota,
+                     quota_share=size / backend_quota,
                      over_max_bytes=(e["max_bytes"] is not None and "max_bytes_error" not in e
                                      and size > e["max_bytes"]))
         else:

@@ -272,13 +272,13 @@ def line(text: str) -> Callable[[Call, float], str]:
 
 # -- the rows: one per command, in --help's order ----------------------------------------
 DAY2: tuple[Row, ...] = (
-    Row("backup", "etcd/backup", "backup.yml", backup_done, guard=backup_guard, arguments=(
+    Row("backup", "etcd/backup/snapshot", "backup.yml", backup_done, guard=backup_guard, arguments=(
         Arg("etcd_backup_dir", ("--dir",), "DIR"), Arg("etcd_backup_member", ("--member",), "NODE"),
         Arg("k0s_backup_tenant", ("--tenant",), "T", "k0s_controller/tenant_backup", False)),
         variants=(Row("backup", "k0s_controller/tenant_backup", "tenant-backup.yml",
                       tenant_backup_done, guard=tenant_backup_guard,
                       selector="k0s_backup_tenant", alone=("--member",)),)),
-    Row("restore", "etcd/restore_check", "restore.yml", line(
+    Row("restore", "etcd/backup/restore_check", "restore.yml", line(
         "sandbox: restore finished in {took}s; cluster healthy, hashkv equal on every "
         "member, etcd RBAC as the topology says (each tenant denied outside its prefix "
         "where it is on) (scripts/sandbox etcdctl endpoint status --cluster -w table)"),
@@ -301,7 +301,7 @@ DAY2: tuple[Row, ...] = (
         Arg("reset_tenant", ("--tenant",), "T"), Arg("reset_pki", ("--pki",))),
         variants=(Row("reset", "k0s_controller/reset_check", "reset.yml", reset_done,
                       guard=reset_tenant_guard, selector="reset_tenant", alone=("--pki",)),)),
-    Row("replace-member", "etcd/replace_check", "replace-member.yml", lambda call, took: (
+    Row("replace-member", "etcd/members/replace_check", "replace-member.yml", lambda call, took: (
         f"sandbox: {call.args.etcd_replace_member} removed, added again and synced in "
         f"{took:.0f}s"), guard=replace_guard, arguments=(
             Arg("etcd_replace_member", (), "MEMBER"), Arg("etcd_replace_force", ("--force",)))),
@@ -312,21 +312,21 @@ DAY2: tuple[Row, ...] = (
         "sandbox: new etcd CA in use in {took}s: both CAs trusted while every "
         "certificate was re-issued, then the old CA dropped (members restarted one at a "
         "time, twice; the old CA is kept in .sandbox/<name>/pki/pre-ca-rotate-<time>/)")),
-    Row("add-members", "etcd/grow_check", "add-members.yml", lambda call, took: (
+    Row("add-members", "etcd/members/grow_check", "add-members.yml", lambda call, took: (
         f"sandbox: {len(call.sb.topo.group('etcd'))} members started, healthy, hashkv equal, "
         f"k0s.yaml endpoints updated in {took:.0f}s"), guard=add_members_guard,
         before=("nodes.yml",)),
-    Row("remove-member", "etcd/remove_check", "remove-member.yml", remove_done,
+    Row("remove-member", "etcd/members/remove_check", "remove-member.yml", remove_done,
         guard=remove_guard, arguments=(Arg("etcd_remove_members", (), "MEMBER"),)),
-    Row("defrag", "etcd/defrag", "defrag.yml", line(
+    Row("defrag", "etcd/defrag/cluster", "defrag.yml", line(
         "sandbox: defrag finished in {took}s (scripts/sandbox etcdctl endpoint status "
         "--cluster -w table shows each member's database size)"),
         arguments=(Arg("etcd_defrag_compact", ("--compact",)),)),
-    Row("upgrade-etcd", "etcd/upgrade_check", "upgrade-etcd.yml", line(
+    Row("upgrade-etcd", "etcd/upgrade/check", "upgrade-etcd.yml", line(
         "sandbox: upgrade-etcd finished in {took}s (scripts/sandbox etcdctl endpoint "
         "status -w table shows each member's version)"), guard=upgrade_guard,
         arguments=(Arg("etcd_upgrade_to", ("--to",), "VERSION"),)),
-    Row("takeover", "etcd/takeover_check", "takeover.yml", lambda call, took: (
+    Row("takeover", "etcd/takeover/check", "takeover.yml", lambda call, took: (
         f"sandbox: takeover finished in {took:.0f}s; /registry/ is readable with tenant "
         f"{call.args.etcd_takeover_tenant}'s certificate (scripts/sandbox kubectl --tenant "
         f"{call.args.etcd_takeover_tenant} get nodes, where k0s runs)"), guard=takeover_guard,
@@ -334,7 +334,7 @@ DAY2: tuple[Row, ...] = (
             Arg("etcd_takeover_file", (), "SNAPSHOT"),
             Arg("etcd_takeover_tenant", ("--tenant",), "T"),
             Arg("etcd_takeover_replace_all", ("--replace-all",)),
-            Arg("etcd_restore_foreign", ("--foreign",), entry="etcd/restore_check",
+            Arg("etcd_restore_foreign", ("--foreign",), entry="etcd/backup/restore_check",
                 help="the snapshot is another cluster's (k0s's embedded etcd: it has no "
                      "manifest of this sandbox's backups); required for such a snapshot"))),
 )

@@ -172,8 +172,8 @@ def collect(topo: Topology, backend: str, verified_since: float | None = None) -
         st.usage, st.usage_note = (usage.from_report(run_report(topo.state_dir, verified_since),
                                                      verified_since)
                                    if verified_since else usage.read(topo, backend, ctrls))
-        for e in st.usage:   # the quota etcd reports, else the one the etcd role sets
-            e["quota_backend_bytes"] = st.quota or e["quota_backend_bytes"]
+        for e in st.usage:   # the quota etcd reports, else the one the entry has (usage.quota)
+            e["quota_backend_bytes"] = usage.quota(metric=st.quota, configured=e["quota_backend_bytes"])
             if "bytes" in e:
                 e["quota_share"] = e["bytes"] / e["quota_backend_bytes"]
     return st

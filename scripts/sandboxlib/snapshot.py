@@ -4,7 +4,7 @@ snapshot's sha256, its manifest (which cluster it is of: ``backup`` writes
 tenants or replaces the data with another cluster's.
 
 The playbooks check the same and more (the running cluster's etcd cluster ID against the
-manifest's: roles/etcd/tasks/restore_identity.yml); these checks need no node, so they
+manifest's: roles/etcd/tasks/backup/restore_identity.yml); these checks need no node, so they
 refuse with exit 2 before anything runs.
 """
 

@@ -22,7 +22,7 @@ SCALAR = {"str": str, "path": str, "int": int}
 
 
 def entry(ref: str) -> dict[str, Any]:
-    """The entry point ``role/entry`` (e.g. ``etcd/defrag``)."""
+    """The entry point ``role/entry`` (e.g. ``etcd/defrag/cluster``)."""
     role, _, name = ref.partition("/")
     try:
         return entry_points(role)[name] or {}

@@ -16,7 +16,7 @@ prepare: for each tenant a key under its prefix with a lease attached (the other
   empty_leases: {attacking tenant: lease}}.
 finish (also: targets, keys from prepare; recovered: what the caller undid before, said again
   in the result). The caller deletes the attempts' fill and undoes NOSPACE first, as
-  `scripts/sandbox defrag --compact` does (roles/etcd/tasks/defrag.yml; sandbox_verify's
+  `scripts/sandbox defrag --compact` does (roles/etcd/tasks/defrag/cluster.yml; sandbox_verify's
   tasks/attack_finish.yml); then:
   - auth as the attempts left it (read before anything is repaired);
   - a member the attempts added (k0sbox-attack) removed;

@@ -46,9 +46,16 @@ def probe(p: dict, other: dict) -> dict:
     url = p["url"]
     ctx = None
     if url.startswith("https://"):
-        ctx = ssl.create_default_context(cafile=p.get("ca"))
-        if p.get("cert"):
-            ctx.load_cert_chain(other.get(p["cert"], p["cert"]), other.get(p["key"], p["key"]))
+        files = [f for f in (p.get("ca"), other.get(p.get("cert"), p.get("cert")),
+                             other.get(p.get("key"), p.get("key"))) if f]
+        try:
+            ctx = ssl.create_default_context(cafile=p.get("ca"))
+            if p.get("cert"):
+                ctx.load_cert_chain(other.get(p["cert"], p["cert"]), other.get(p["key"], p["key"]))
+        except (OSError, ssl.SSLError) as exc:
+            # neither answered nor refused: the check fails whatever it expects (ok None)
+            return {"name": p["name"], "expect": p["expect"], "ok": None,
+                    "detail": f"not probed: the client's files ({', '.join(files)}): {exc}"}
         if p.get("tls") == "1.1":
             ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
             ctx.minimum_version = ssl.TLSVersion.TLSv1
