@@ -192,6 +192,21 @@ def test_replace_makes_the_prefix_the_copy_and_leaves_others_alone(etcd: Etcd, t
     assert len(etcd.get("/tr/extra-")) == 130           # the refused transaction changed nothing
 
 
+def test_the_connection_given_as_one_client_value_is_the_same_connection(etcd: Etcd) -> None:
+    """``client`` (what roles/k0s_controller passes: _k0s_etcd_client) replaces the options of
+    its keys; without endpoints anywhere the module refuses, naming them."""
+    _put(etcd, "/tk/a", b"1")
+    plain = etcd.op(op="usage", prefix="/tk/")
+    given = run_module("sandbox_etcd_prefix", {
+        "op": "usage", "prefix": "/tk/", "endpoints": ["http://127.0.0.1:9"],
+        "client": {"etcdctl": str(etcd.bindir / "etcdctl"), "endpoints": list(etcd.client.values()),
+                   "run_as": []}})[0]
+    assert (given["key_count"], given["bytes"]) == (plain["key_count"], plain["bytes"]) == (1, 6), given
+    none = run_module("sandbox_etcd_prefix", {"op": "usage", "prefix": "/tk/",
+                                              "client": {"etcdctl": str(etcd.bindir / "etcdctl")}})[0]
+    assert none.get("failed") and "endpoints (or client.endpoints) is required" in none["msg"], none
+
+
 def test_into_another_prefix_and_a_damaged_copy(etcd: Etcd, tmp_path: Path) -> None:
     _put(etcd, "/ts/a", b"1")
     _put(etcd, "/ts/b", b"2")

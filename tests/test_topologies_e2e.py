@@ -15,8 +15,8 @@ the file it wrote, not run again) and the CLI's `up` must change nothing but its
 same sandbox; then `up` again finds nothing to change after one check per node.
 
 The ha and multi-tenant topologies have no run of their own (the suite's time,
-docs/testing.md): the crd_apiserver scenario converges the same playbooks/site.yml -- which
-ends in the same verify.yml, failing on any failed check -- on a topology that holds both
+docs/testing.md): the crd_apiserver scenario converges playbooks/site.yml's three parts
+(converge.yml, verify.yml -- failing on any failed check -- and record.yml) on a topology that holds both
 (a tenant of two controllers behind a load balancer, and a second tenant, each reached from
 the host with `scripts/sandbox kubeconfig`), and k0s_tenants runs two tenants without RBAC
 as multi-tenant does; the shipped files themselves are checked by

@@ -64,6 +64,19 @@ options:
   cacert: {description: "CA file (TLS).", type: str, default: ""}
   cert: {description: "Client certificate (TLS), the tenant's.", type: str, default: ""}
   key: {description: "Client key (TLS).", type: str, default: ""}
+  client:
+    description:
+      - The whole connection in one value (what roles/k0s_controller computes once from the
+        tenant's k0s.yaml as C(_k0s_etcd_client)); each of its keys given replaces the option of
+        the same name.
+    type: dict
+    suboptions:
+      etcdctl: {description: "As O(etcdctl).", type: str}
+      run_as: {description: "As O(run_as).", type: list, elements: str}
+      endpoints: {description: "As O(endpoints).", type: list, elements: str}
+      cacert: {description: "As O(cacert).", type: str}
+      cert: {description: "As O(cert).", type: str}
+      key: {description: "As O(key).", type: str}
   dest: {description: "dump, the file to write.", type: str}
   src: {description: "replace and check, the copy to write back.", type: str}
   sha256: {description: "replace, the copy's sha256 (its manifest's).", type: str, default: ""}
@@ -91,6 +104,13 @@ EXAMPLES = r"""
     cacert: /etc/k0s/etcd/ca.crt
     cert: /etc/k0s/etcd/client.crt
     key: /etc/k0s/etcd/client.key
+  register: usage
+
+- name: The same, with the connection in one value (as roles/k0s_controller passes it)
+  k0sbox.external_etcd.sandbox_etcd_prefix:
+    op: usage
+    prefix: /k0s-tenant/
+    client: "{{ tenant_etcd_client }}"   # {etcdctl, run_as, endpoints, cacert, cert, key}
   register: usage
 """
 
@@ -586,6 +606,10 @@ def main() -> None:
             "cacert": {"type": "str", "default": ""},
             "cert": {"type": "str", "default": ""},
             "key": {"type": "str", "default": "", "no_log": False},
+            "client": {"type": "dict", "options": {
+                "etcdctl": {"type": "str"}, "run_as": {"type": "list", "elements": "str"},
+                "endpoints": {"type": "list", "elements": "str"}, "cacert": {"type": "str"},
+                "cert": {"type": "str"}, "key": {"type": "str", "no_log": False}}},
             "dest": {"type": "str"},
             "src": {"type": "str"},
             "sha256": {"type": "str", "default": ""},
@@ -598,12 +622,14 @@ def main() -> None:
             "lease_ttl": {"type": "int", "default": 3600},
             "restore_note": {"type": "dict", "default": {}},
         },
-        required_if=[("op", "dump", ["dest", "endpoints"]), ("op", "replace", ["src", "endpoints"]),
-                     ("op", "usage", ["endpoints"]),
+        required_if=[("op", "dump", ["dest"]), ("op", "replace", ["src"]),
                      ("op", "check", ["src", "manifest", "tenant", "source_prefix"])],
         supports_check_mode=True,
     )
     p = module.params
+    p.update({k: v for k, v in (p.pop("client") or {}).items() if v is not None})
+    if p["op"] != "check" and not p["endpoints"]:
+        module.fail_json(msg=f"{p['op']}: endpoints (or client.endpoints) is required")
     if not p["prefix"].startswith("/") or not p["prefix"].endswith("/"):
         module.fail_json(msg=f"prefix: '{p['prefix']}' is not a prefix as kube-apiserver uses it "
                              "(/<prefix>/); give the tenant's key_prefix")
