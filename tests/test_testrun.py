@@ -49,9 +49,9 @@ def test_pool_reports_a_missing_tool_and_a_failure() -> None:
 
 
 def test_longest_first_uses_the_measured_times() -> None:
-    stages = [(n, ["true"]) for n in ("molecule lb", "unknown", "molecule etcd_grow_takeover")]
+    stages = [(n, ["true"]) for n in ("molecule lb", "unknown", "molecule crd_apiserver")]
     assert [n for n, _ in testrun.longest_first(stages)] == [
-        "molecule etcd_grow_takeover", "unknown", "molecule lb"]
+        "molecule crd_apiserver", "unknown", "molecule lb"]
 
 
 def _args(*argv: str) -> argparse.Namespace:

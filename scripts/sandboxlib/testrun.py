@@ -77,18 +77,17 @@ PYTEST_STAGES: list[tuple[str, list[str]]] = [
 QUICK_PYTEST = ("pytest", ["pytest", "tests", "-m", "not e2e", f"--ignore={VAGRANT_E2E}",
                            "-n", "2", "--durations=10"])
 
-# Seconds each heavy stage took in a clean-clone run of .ci/run with two at a time (ced34c8,
-# 2026-12-05, docs/performance.md; pytest less what its tests saved on Ansible's linear
-# strategy since): the pool starts the longest first so that the two lanes end close
-# together. Unknown stages count 300.
+# Seconds each heavy stage took in a clean-clone run of .ci/run with two at a time (b800c1f,
+# 2026-12-06, docs/performance.md): the pool starts the longest first so that the two lanes
+# end close together. Unknown stages count 300.
 EXPECTED_SECONDS: dict[str, int] = {
-    "pytest": 880, "molecule k0s_controller": 610, "pytest cli-e2e": 600,
-    "molecule crd_apiserver": 525, "molecule etcd_rbac_rotation": 470,
-    "pytest vagrant-e2e": 440, "molecule etcd_grow_takeover": 375,
-    "molecule k0s_tenants": 360, "molecule etcd_backup_restore": 250, "molecule etcd": 210,
-    "molecule k0s_tenants_plain": 140, "ansible-lint": 130, "pytest attack-e2e": 130,
-    "pytest collection-e2e": 105, "molecule pki": 70, "molecule etcd_release": 65,
-    "molecule lb": 50,
+    "pytest": 580, "molecule crd_apiserver": 485, "pytest cli-e2e": 425,
+    "molecule k0s_controller": 415, "pytest vagrant-e2e": 390,
+    "molecule etcd_rbac_rotation": 350, "molecule k0s_tenants": 315,
+    "molecule etcd_grow_takeover": 295, "molecule etcd_backup_restore": 230,
+    "molecule etcd": 215, "ansible-lint": 130, "pytest attack-e2e": 115,
+    "molecule k0s_tenants_plain": 105, "pytest collection-e2e": 105, "molecule pki": 70,
+    "molecule etcd_release": 70, "molecule lb": 55,
     # 15-20 s with its test environments cached, 2-15 min on a host that has none: counted
     # at 2 min, so it does not start last
     "ansible-test sanity": 120,
