@@ -66,7 +66,12 @@ def test_plan_full_quick_and_one_scenario() -> None:
     assert sorted(n for n, _ in heavy) == ["ansible-lint", "ansible-test sanity", "molecule etcd",
                                            "molecule lb", "pytest", "pytest attack-e2e",
                                            "pytest cli-e2e", "pytest collection-e2e",
-                                           "pytest vagrant-e2e"]
+                                           "pytest e2e", "pytest vagrant-e2e"]
+    # every test in exactly one stage: the pytest stage's and "pytest e2e"'s marks are each
+    # other's complement, with the same files left to their own stages
+    plain, e2e = dict(heavy)["pytest"], dict(heavy)["pytest e2e"]
+    assert plain[plain.index("-m") + 1] == "not e2e" and e2e[e2e.index("-m") + 1] == "e2e"
+    assert [a for a in plain if a.startswith("--ignore")] == [a for a in e2e if a.startswith("--ignore")]
     # the collection's and the CLI's e2e are stages of their own, not also in the pytest stage
     assert testrun.COLLECTION_E2E in " ".join(dict(heavy)["pytest"])
     assert f"--ignore={testrun.CLI_E2E}" in dict(heavy)["pytest"]
