@@ -34,15 +34,13 @@ from .sandbox_usage import (
     interrupted,
     line,
     quota,
-    quota_from_settings,
     role_quota,
     share,
 )
 from .topology import Topology
 
 __all__ = ["ETCD_OWN_DEFAULT", "NOT_A_LIMIT", "check", "entries", "finish_command", "from_report",
-           "interrupted", "line", "quota", "quota_from_settings", "read", "role_quota",
-           "share"]
+           "interrupted", "line", "quota", "read", "role_quota", "share"]
 
 
 def from_report(path: Path, since: float) -> tuple[list[dict[str, Any]], str]:

@@ -46,14 +46,14 @@ def probe(p: dict, other: dict) -> dict:
     url = p["url"]
     ctx = None
     if url.startswith("https://"):
-        files = [f for f in (p.get("ca"), other.get(p.get("cert"), p.get("cert")),
-                             other.get(p.get("key"), p.get("key"))) if f]
         try:
             ctx = ssl.create_default_context(cafile=p.get("ca"))
             if p.get("cert"):
                 ctx.load_cert_chain(other.get(p["cert"], p["cert"]), other.get(p["key"], p["key"]))
         except (OSError, ssl.SSLError) as exc:
             # neither answered nor refused: the check fails whatever it expects (ok None)
+            files = [f for f in (p.get("ca"), other.get(p.get("cert"), p.get("cert")),
+                                 other.get(p.get("key"), p.get("key"))) if f]
             return {"name": p["name"], "expect": p["expect"], "ok": None,
                     "detail": f"not probed: the client's files ({', '.join(files)}): {exc}"}
         if p.get("tls") == "1.1":
