@@ -221,3 +221,32 @@ def test_api_and_etcd_writes_interleaved_in_revision_order_are_accepted() -> Non
     assert found(*ops) == []
     _, counted = revisions.check(History(ops=ops))
     assert counted == 5
+
+
+def test_recorded_real_history_pins_every_api_delete() -> None:
+    rep = checker.check(_recorded())
+    deletes = sum(1 for o in _recorded().ops if o.iface == "api" and o.kind == "delete"
+                  and o.acknowledged)
+    assert deletes > 50 and rep.pinned_deletes >= deletes, (deletes, rep.pinned_deletes)
+
+
+def test_recorded_real_history_with_a_deleted_event_dropped_fails() -> None:
+    hist = _recorded()
+    wins = revisions.delete_windows(hist)
+    win = next(w for w in wins.values() if w.op.iface == "api" and w.rev is not None)
+    name = win.op.key
+    api = [w for w in hist.watches if w.tenant == win.op.tenant and w.iface == "api"]
+    # one API server's watch loses the DELETED event: that watch, and only it, owes it
+    api[0].events = [e for e in api[0].events if not (e.key == name and e.rev == win.rev)]
+    found = checker.check(hist).anomalies
+    assert [(a.type, a.where) for a in found] == [
+        ("watch-gap", f"{win.op.tenant} api watch {api[0].name}")], found
+    assert f"acknowledged delete of {name} at revision {win.rev} never came" in found[0].message
+    # every watch loses it: no event to pin the delete to, and each watch that vouches for
+    # its window owes a DELETE of the key in it
+    for w in hist.watches:
+        w.events = [e for e in w.events if not (e.rev == win.rev and e.type.startswith("DELETE"))]
+    found = checker.check(hist).anomalies
+    owing = [w.name for w in hist.watches if w.tenant == win.op.tenant]
+    assert sorted(a.where.split()[-1] for a in found) == sorted(owing), found
+    assert all(a.type == "watch-gap" and "(between revisions" in a.message for a in found)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sandboxlib.chaos import checker, report, watches
+from sandboxlib.chaos import checker, report, revisions, watches
 from sandboxlib.chaos import verdict as chaos_verdict
 from sandboxlib.chaos.history import History, Op, Watch, WatchEvent
 
@@ -239,3 +239,103 @@ def test_findings_of_one_kind_are_capped() -> None:
     found = check(ops, watch(end=39)).anomalies
     assert [a.type for a in found] == ["watch-gap"] * watches.MAX_PER_TYPE
     assert found[-1].message.endswith(f"(and {30 - watches.MAX_PER_TYPE} more of this kind)")
+
+
+# -- deletes told no revision: kube-apiserver answers a custom resource's DELETE with a Status
+# and no resourceVersion (measured on the stand-in), so the DELETE event a watch delivers is
+# the only evidence of the delete's revision (revisions.delete_windows) ------------------------
+def api_op(i: int, kind: str, a: float, b: float | None, outcome: str = "ok",
+           **kw: Any) -> Op:
+    return op(i, kind, "chaos-r-t-k1", a, b, outcome, "api", **kw)
+
+
+API_DELETES = [api_op(0, "create", 10, 10.5, value="chaos-a", result={"rev": 10}),
+               api_op(1, "delete", 10.6, 11.5, result={"deleted": 1}),
+               api_op(2, "create", 12, 12.5, value="chaos-b", result={"rev": 12})]
+
+
+def api_watch(name: str, *events: WatchEvent, end: int = 12) -> Watch:
+    return Watch(name=f"t/api-watch@{name}", tenant="t", iface="api", prefix="registers",
+                 start_rev=9, events=list(events), end_rev=end, reached_end=True)
+
+
+def api_ev(rev: int, kind: str, value: str | None, t: float | None = None) -> WatchEvent:
+    return WatchEvent("chaos-r-t-k1", rev, kind, value, float(rev) if t is None else t)
+
+
+ADDED_A, DELETED_11, ADDED_B = (api_ev(10, "ADDED", "chaos-a"), api_ev(11, "DELETED", None),
+                                api_ev(12, "ADDED", "chaos-b"))
+
+
+def test_an_api_delete_is_pinned_to_its_deleted_event() -> None:
+    hist = History(ops=API_DELETES, watches=[api_watch("c1", ADDED_A, DELETED_11, ADDED_B)],
+                   meta=META)
+    win = revisions.delete_windows(hist)[1]
+    assert (win.lo, win.hi, win.rev) == (10, 11, 11)
+    rep = checker.check(hist)
+    assert rep.anomalies == [] and (rep.pinned_deletes, rep.unpinned_deletes) == (1, 0)
+
+
+def test_a_pinned_delete_is_owed_by_every_other_watch() -> None:
+    found = check(API_DELETES, api_watch("c1", ADDED_A, DELETED_11, ADDED_B),
+                  api_watch("c2", ADDED_A, ADDED_B)).anomalies
+    assert [(a.type, a.where) for a in found] == [("watch-gap", "t api watch t/api-watch@c2")]
+    assert "acknowledged delete of chaos-r-t-k1 at revision 11 never came" in found[0].message
+
+
+def test_an_acknowledged_delete_no_watch_delivered_is_a_gap_in_each() -> None:
+    found = check(API_DELETES, api_watch("c1", ADDED_A, ADDED_B),
+                  api_watch("c2", ADDED_A, ADDED_B)).anomalies
+    assert [a.type for a in found] == ["watch-gap", "watch-gap"], found
+    assert "acknowledged delete of chaos-r-t-k1 (between revisions 11 and 11)" in (
+        found[0].message)
+    # a watch that vouches only up to 10 owes nothing
+    assert check(API_DELETES, api_watch("c1", ADDED_A, end=10)).anomalies == []
+
+
+def test_a_deleted_event_that_arrived_before_the_delete_was_invoked_is_not_its() -> None:
+    early = api_ev(11, "DELETED", None, t=10.55)
+    hist = History(ops=API_DELETES, watches=[api_watch("c1", ADDED_A, early, ADDED_B)],
+                   meta=META)
+    assert revisions.delete_windows(hist)[1].rev is None
+
+
+def test_an_etcd_watch_pins_an_api_delete_under_the_api_key_prefix() -> None:
+    meta = {**META, "api_keys": {"t": "/t/registry/chaos/"}}
+    etcd = watch(WatchEvent("/t/registry/chaos/chaos-r-t-k1", 10, "PUT", "x", 10.0),
+                 WatchEvent("/t/registry/chaos/chaos-r-t-k1", 11, "DELETE", None, 11.0),
+                 WatchEvent("/t/registry/chaos/chaos-r-t-k1", 12, "PUT", "y", 12.0))
+    hist = History(ops=API_DELETES, watches=[etcd], meta=meta)
+    assert revisions.delete_windows(hist)[1].rev == 11
+    # and the etcd watch owes it like an API watch does
+    missing = watch(*etcd.events[::2])
+    found = checker.check(History(ops=API_DELETES, watches=[missing, api_watch(
+        "c1", ADDED_A, DELETED_11, ADDED_B)], meta=meta)).anomalies
+    assert [(a.type, a.where) for a in found] == [("watch-gap", "t etcd watch t/etcd-watch")]
+
+
+def test_two_deletes_that_could_take_one_event_take_none() -> None:
+    ops = [api_op(0, "create", 10, 10.5, value="chaos-a", result={"rev": 10}),
+           api_op(1, "delete", 10.6, 13.5, result={"deleted": 1}),
+           api_op(2, "create", 10.7, 11.5, value="chaos-b", result={"rev": 12}),
+           api_op(3, "delete", 10.8, 13.6, result={"deleted": 1})]
+    evs = (ADDED_A, DELETED_11, ADDED_B, api_ev(13, "DELETED", None))
+    hist = History(ops=ops, watches=[api_watch("c1", *evs, end=13)], meta=META)
+    wins = revisions.delete_windows(hist)
+    assert wins[1].candidates == wins[3].candidates == {11, 13}
+    assert wins[1].rev is None and wins[3].rev is None
+    assert checker.check(hist).anomalies == []
+
+
+def test_an_unknown_etcd_delete_pinned_holds_later_reads() -> None:
+    ops = [put(0, "k1", 10, "chaos-a"), op(1, "delete", "k1", 10.6, None, "unknown"),
+           put(2, "k2", 12, "chaos-b"),
+           op(3, "read", "k1", 13, 13.5, result={"header": 12, "found": True,
+                                                 "value": "chaos-a", "rev": 10})]
+    w = watch(A, ev("k1", 11, None), ev("k2", 12, "chaos-b"))
+    hist = History(ops=ops, watches=[w], meta=META)
+    assert revisions.delete_windows(hist)[1].rev == 11
+    kinds = [a.type for a in checker.check(hist).anomalies]
+    assert kinds == ["stale-read", "stale-by-revision"], kinds
+    # without the DELETE event the delete may never have applied
+    assert check(ops, watch(A, ev("k2", 12, "chaos-b"))).anomalies == []

@@ -15,7 +15,8 @@ sub-history that shows it.
   committed up to the end marker (a gap that etcd or the API server reported -- compaction,
   410 Expired -- is counted, not an anomaly), and the end marker reached. A watch event of a
   write of unknown outcome is evidence that it committed at that revision (the revision
-  order below holds later reads to it).
+  order below holds later reads to it); a DELETE event, of the revision of a delete that was
+  told none (an API delete: revisions.delete_windows), which every watch then owes.
 - **The global revision order** of each tenant's etcd clients and API clients' writes, across
   keys (revisions.py):
   writes in real-time order get increasing revisions, no two share one, header revisions
@@ -65,6 +66,8 @@ class Report:
     reported_gaps: int = 0
     inconclusive: int = 0
     revision_ops: int = 0         # operations checked against the global revision order
+    pinned_deletes: int = 0       # deletes told no revision, pinned to their DELETE event
+    unpinned_deletes: int = 0     # ... and those no single event could be given to
     total_seconds: float = 0.0
 
     @property
@@ -306,11 +309,12 @@ def check_lost_writes(hist: History, report: Report, final: str = "final") -> No
 
 
 def check_watch(hist: History, w: Watch, report: Report, foreign: Callable[[str], bool],
-                api_keys: dict[str, str], seen: dict[int, int]) -> None:
+                api_keys: dict[str, str], seen: dict[int, int],
+                windows: Sequence[revisions.DeleteWindow] = ()) -> None:
     report.watch_events += len(w.events)
     report.reported_gaps += len(w.reported_gaps)
     where = f"{w.tenant} {w.iface} watch {w.name}"
-    for f in watches.WatchCheck(hist, w, foreign, api_keys, seen).run():
+    for f in watches.WatchCheck(hist, w, foreign, api_keys, seen, windows).run():
         report.anomalies.append(Anomaly(f.type, where, f.message,
                                         ops=[_op_json(o) for o in f.ops],
                                         events=[asdict(e) for e in f.events]))
@@ -330,6 +334,14 @@ def check(hist: History) -> Report:
     t0 = time.monotonic()
     delivered = watches.delivered_unknown(hist)
     seen = {i: e.rev for i, e in delivered.items()}
+    # Deletes told no revision, pinned to the DELETE event of their window (revisions.py).
+    windows = revisions.delete_windows(hist, seen)
+    for i, win in windows.items():
+        if win.rev is not None:
+            seen[i] = win.rev
+            delivered[i] = WatchEvent(win.op.key, win.rev, "DELETE", None, win.t)
+    report.pinned_deletes = sum(1 for win in windows.values() if win.rev is not None)
+    report.unpinned_deletes = len(windows) - report.pinned_deletes
     check_linearizable(hist, report, delivered)
     check_serializable(hist, report)
     check_lost_writes(hist, report)
@@ -345,7 +357,7 @@ def check(hist: History) -> Report:
             def foreign(key: str, w: Watch = w) -> bool:
                 mine = names.get(w.tenant)
                 return bool(mine) and not key.startswith(str(mine))
-        check_watch(hist, w, report, foreign, api_keys, seen)
+        check_watch(hist, w, report, foreign, api_keys, seen, list(windows.values()))
     report.seconds = max(report.seconds, 1e-9)
     report.total_seconds = time.monotonic() - t0
     return report

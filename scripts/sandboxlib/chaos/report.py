@@ -125,6 +125,9 @@ def text(data: dict[str, Any]) -> str:
                  f"{c['seconds']:.2f}s ({c['ops_per_second']} ops/s), {c['states']} states; "
                  f"self-test: {st.get('passed')}/{st.get('histories')} generated histories "
                  f"linearizable, {st.get('caught')}/{st.get('mutations')} mutations caught")
+    lines.append(f"revision order: {c['revision_ops']} operations with a revision; deletes "
+                 f"told none: {c.get('pinned_deletes', 0)} pinned to their DELETE event, "
+                 f"{c.get('unpinned_deletes', 0)} left to their window")
     lines.append(f"health at the end: {data['health_at_end']}")
     lines.append(f"anomalies: {data['anomaly_count']}; lost acknowledged writes: "
                  f"{data['lost_acknowledged_writes']}")

@@ -30,9 +30,12 @@ or an update with the object's resourceVersion taken from the etcd transaction's
 header (k8s.io/apiserver/pkg/storage/etcd3/store.go), and a tenant's API servers write to the
 same etcd as its etcd clients. So an API write has its etcd revision and takes part in
 ``write-order``, ``revision-shared`` and ``revision-backwards`` with the etcd clients'
-operations (an API read has no header revision: it is held only by the per-key search). The
-recorded real run (tests/fixtures) passes with them: 373 acknowledged API writes among 1,658
-operations with a revision.
+operations (an API read has no header revision: it is held only by the per-key search). An
+API delete is answered without a revision (a Status), so ``delete_windows`` pins it to the
+DELETE event a watch delivered in its window; the watches then owe it (watches.py). The
+recorded real run (tests/fixtures) passes with them: 306 acknowledged API creates and
+updates among 1,658 operations with a revision, and its 67 API deletes each pinned to a
+DELETE event.
 
 Serializable reads may be behind (served by the member asked), so they are not held to the
 real-time order. Writes of unknown outcome nobody saw may have committed at any free revision,
@@ -238,7 +241,7 @@ class Revisions:
         header)."""
         for u in self.ops:
             rev = self.unknown_at.get(u.id)
-            if rev is None:
+            if rev is None or u.acknowledged:       # (an acknowledged delete: its window's)
                 continue
             floor = self.floor(u.invoke)
             others = [w for w in self.by_rev.get(rev, []) if w.id != u.id]
@@ -279,6 +282,112 @@ def _seen(op: Op) -> tuple[bool, str | None, int | None] | None:
     if op.kind == "delete" and not r.get("deleted"):
         return False, None, None
     return None
+
+
+@dataclass
+class DeleteWindow:
+    """Where a delete that was told no revision can have committed: at a revision above
+    ``lo`` (the highest answered before it was invoked) and, when it was acknowledged, at
+    most ``hi`` (what operations invoked after its answer were served at; None: no bound).
+    ``rev``: the one DELETE event of its key the watches delivered in that window, when
+    exactly one is left to it (then ``t``: when that event first arrived)."""
+
+    op: Op
+    lo: int
+    hi: int | None
+    candidates: set[int]
+    rev: int | None = None
+    t: float = 0.0
+
+
+def delete_events(hist: History, tenant: str) -> dict[tuple[str, str], dict[int, float]]:
+    """(interface, key) -> {revision: first arrival} of the DELETE events every watch of the
+    tenant delivered; an etcd watch's event of an API object's key counts for the API."""
+    api_key = str(hist.meta.get("api_keys", {}).get(tenant) or "\x00")
+    out: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    for w in hist.watches:
+        if w.tenant != tenant:
+            continue
+        for e in w.events:
+            if e.type not in ("DELETE", "DELETED"):
+                continue
+            where = (("api", e.key[len(api_key):]) if w.iface == "etcd"
+                     and e.key.startswith(api_key) else (w.iface, e.key))
+            first = out[where].get(e.rev)
+            out[where][e.rev] = e.t if first is None else min(first, e.t)
+    return out
+
+
+def delete_windows(hist: History, seen: dict[int, int] | None = None) -> dict[int, DeleteWindow]:
+    """op id -> the window of every delete that was told no revision: an API delete
+    (kube-apiserver answers a custom resource's DELETE with a Status, without the
+    resourceVersion of the delete -- measured on the stand-in, Kubernetes 1.36) or one of
+    unknown outcome. A DELETE event a watch delivered is evidence of the delete's revision
+    (as a watch event is of an unknown write's, watches.py): a delete is pinned to the one
+    event of its key in its window that arrived after it was invoked, that no known write
+    has and that no other delete can take (acknowledged deletes first: they certainly
+    committed)."""
+    seen = seen or {}
+    by_tenant: dict[str, list[Op]] = defaultdict(list)
+    for o in hist.ops:
+        by_tenant[o.tenant].append(o)
+    out: dict[int, DeleteWindow] = {}
+    for tenant, ops in by_tenant.items():
+        rv = Revisions(ops, tenant)
+        events = delete_events(hist, tenant)
+        claimed = {write_rev(o) for o in ops} | {seen[o.id] for o in ops if o.id in seen}
+        late = sorted(rv.timed, key=lambda o: o.invoke)
+        invokes = [o.invoke for o in late]
+        # the lowest revision a delete answered before t may have: from each operation
+        # invoked after t, its revision (a write's: less one)
+        ceil: list[int] = [0] * len(late)
+        low = 1 << 62
+        for i in range(len(late) - 1, -1, -1):
+            o = late[i]
+            low = min(low, rv.pt[o.id] - (1 if o.id in rv.acked else 0))
+            ceil[i] = low
+        mine: list[DeleteWindow] = []
+        for d in ops:
+            if d.kind != "delete" or d.id in seen or not (
+                    (d.acknowledged and write_rev(d) is None) or d.outcome == "unknown"):
+                continue
+            lo = rv.floor(d.invoke)
+            hi = None
+            if d.acknowledged and d.complete is not None:
+                i = bisect.bisect_right(invokes, d.complete)
+                hi = ceil[i] if i < len(late) else None
+            arrived = events.get((d.iface, d.key), {})
+            cands = {r for r, t in arrived.items() if r > lo and (hi is None or r <= hi)
+                     and t >= d.invoke and r not in claimed}
+            mine.append(DeleteWindow(d, lo, hi, cands))
+        groups: dict[tuple[str, str], list[DeleteWindow]] = defaultdict(list)
+        for w in mine:
+            groups[(w.op.iface, w.op.key)].append(w)
+        for key, group in groups.items():
+            _pin(group, events[key])
+        out.update({w.op.id: w for w in mine})
+    return out
+
+
+def _pin(group: list[DeleteWindow], arrived: dict[int, float]) -> None:
+    """Pin the deletes of one key whose window holds one event no other delete can take."""
+    for phase in (True, False):                   # acknowledged, then unknown
+        changed = True
+        while changed:
+            changed = False
+            taken = {w.rev for w in group if w.rev is not None}
+            for w in group:
+                if w.rev is not None or w.op.acknowledged != phase:
+                    continue
+                left = w.candidates - taken
+                rivals = set().union(*(v.candidates for v in group if v is not w
+                                       and v.rev is None
+                                       and (not phase or v.op.acknowledged)))
+                if len(left) == 1 and not left & rivals:
+                    w.rev = left.pop()
+                    w.t = arrived[w.rev]
+                    taken.add(w.rev)
+                    changed = True
 
 
 def check(hist: History, watched: dict[int, int] | None = None) -> tuple[list[Finding], int]:

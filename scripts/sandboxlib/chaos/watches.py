@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .history import History, Op, Watch, WatchEvent
+from .revisions import DeleteWindow
 
 # Events of one kind kept per watch, and missing writes listed.
 MAX_PER_TYPE = 20
@@ -99,8 +100,15 @@ def seen_at(hist: History) -> dict[int, int]:
 
 def pinned(op: Op, e: WatchEvent) -> Op:
     """A write of unknown outcome a watch delivered, as the per-key search takes it: applied
-    at the event's revision, between its invocation and the event's arrival."""
-    result: dict[str, Any] = {"rev": e.rev, **({"succeeded": True} if op.kind == "cas" else {})}
+    at the event's revision, between its invocation and the event's arrival. An
+    acknowledged delete that was told no revision (revisions.delete_windows) keeps its
+    answer and takes the event's revision."""
+    if op.acknowledged:
+        return replace(op, result={**op.result, "rev": e.rev},
+                       error=f"no revision in its answer; a watch delivered its DELETE at "
+                             f"revision {e.rev}")
+    result: dict[str, Any] = {"rev": e.rev, **({"succeeded": True} if op.kind == "cas" else
+                                              {"deleted": 1} if op.kind == "delete" else {})}
     return replace(op, outcome="ok", complete=max(e.t, op.invoke), result=result,
                    error=f"unknown outcome; a watch delivered it at revision {e.rev} "
                          f"(at {e.t:.3f}): taken as applied then")
@@ -142,7 +150,7 @@ def committed(hist: History, w: Watch, api_keys: dict[str, str],
     for op in hist.ops:
         if op.tenant != w.tenant or not op.is_write:
             continue
-        rev = op.result.get("rev") if op.acknowledged else seen.get(op.id)
+        rev = (op.result.get("rev") if op.acknowledged else None) or seen.get(op.id)
         if rev is None or rev <= w.start_rev or rev > top:
             continue
         if w.iface == "etcd":
@@ -163,9 +171,10 @@ class WatchCheck:
     """One watch's findings."""
 
     def __init__(self, hist: History, w: Watch, foreign: Callable[[str], bool],
-                 api_keys: dict[str, str], seen: dict[int, int]) -> None:
+                 api_keys: dict[str, str], seen: dict[int, int],
+                 windows: Sequence[DeleteWindow] = ()) -> None:
         self.hist, self.w, self.foreign = hist, w, foreign
-        self.api_keys, self.seen = api_keys, seen
+        self.api_keys, self.seen, self.windows = api_keys, seen, windows
         self.findings: list[Finding] = []
         self.count: dict[str, int] = defaultdict(int)
 
@@ -266,9 +275,32 @@ class WatchCheck:
             if (key, rev) in delivered:
                 continue
             how = "acknowledged" if op.acknowledged else "unknown-outcome (seen committed)"
+            what = "delete" if op.kind == "delete" else "write"
             around = [e for e in w.events if abs(e.rev - rev) <= 3]
-            self.add("watch-gap", f"the {how} write of {key} at revision {rev} never came",
+            self.add("watch-gap", f"the {how} {what} of {key} at revision {rev} never came",
                      around, [op])
+        # An acknowledged delete no event could be pinned to: this watch owes a DELETE of
+        # its key somewhere in its window when it vouches for all of it.
+        top = last_vouched(w)
+        for win in self.windows:
+            d = win.op
+            if (win.rev is not None or not d.acknowledged or win.hi is None
+                    or d.tenant != w.tenant or win.lo < w.start_rev or win.hi > top
+                    or any(g["from"] <= win.hi and win.lo < g["to"] for g in w.reported_gaps)):
+                continue
+            name = self.watched_key(d)
+            if name is None or any(e.key == name and e.type in ("DELETE", "DELETED")
+                                   and win.lo < e.rev <= win.hi for e in w.events):
+                continue
+            self.add("watch-gap", f"the acknowledged delete of {name} (between revisions "
+                     f"{win.lo + 1} and {win.hi}) never came", [], [d])
+
+    def watched_key(self, op: Op) -> str | None:
+        """The key under which this watch delivers ``op``'s key (None: not watched here)."""
+        if self.w.iface == "api":
+            return op.key if op.iface == "api" else None
+        key = op.key if op.iface == "etcd" else self.api_keys.get(op.tenant, "?") + op.key
+        return key if key.startswith(self.w.prefix) else None
 
     def stalled(self) -> None:
         w = self.w
