@@ -116,6 +116,10 @@ def test_agent_against_real_etcd(etcd: tuple[str, str]) -> None:
     acked = {(o.key, o.result["rev"]) for o in hist.ops if o.acknowledged}
     assert w.reached_end and acked <= {(e.key, e.rev) for e in w.events}
     assert w.end_reason == "" and all(e.resp for e in w.events)   # atomicity checkable
+    # etcdctl 3.5's interactive watch asked for progress every second: live notifications,
+    # each vouching that every event up to it had been delivered (watches.py checks it)
+    assert len(w.progress) >= 2 and not w.restarts, (w.progress, w.restarts)
+    assert any(p["after"] < len(w.events) for p in w.progress)   # amid the events
     rep = checker.check(hist)
     assert rep.anomalies == [] and rep.ops_checked > 20
     # One linearizable read changed to an older value of its key: caught.
@@ -186,5 +190,6 @@ def test_agent_reads_watch_responses(capsys: pytest.CaptureFixture[str]) -> None
     compacted = {"Header": {"revision": 20}, "Events": [], "CompactRevision": 12,
                  "Canceled": True}
     assert agent.watch_response(compacted, 7) == 12
+    assert agent.canceled            # an interactive etcdctl is killed and restarted
     gap = json.loads(capsys.readouterr().out)
     assert gap == {"type": "gap", "from": 7, "to": 11, "why": "compacted at 12"}

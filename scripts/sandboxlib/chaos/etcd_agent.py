@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 OP_TIMEOUT = 12.0          # an etcdctl that has not answered by then is killed (unknown)
+PROGRESS_EVERY = 1.0       # seconds between the watch's progress requests
 DEFINITE = ("permission denied", "authentication failed", "user name not found",
             "invalid auth token")
 
@@ -43,6 +44,7 @@ class Agent:
         self.responses = 0          # watch responses so far: an event names the one it came in
         self.end_rev = 0
         self.end_seen = threading.Event()
+        self.canceled = False       # the watch's last response was its cancellation
         base = [cfg.get("etcdctl", "etcdctl"), "--endpoints=" + ",".join(cfg["endpoints"])]
         if cfg.get("cacert"):
             base += [f"--cacert={cfg['cacert']}", f"--cert={cfg['cert']}", f"--key={cfg['key']}"]
@@ -186,20 +188,34 @@ class Agent:
 
     # -- the watch ------------------------------------------------------------------------
     def watch(self, start: int) -> None:
+        """One etcdctl watch on the tenant's prefix, restarted from the next revision when it
+        ends. Where etcdctl is 3.5 (it knows ``--progress-notify``) the watch is interactive
+        (``watch -i``) and asks for a progress notification every PROGRESS_EVERY seconds
+        (``progress``: clientv3's RequestProgress, etcdctl/ctlv3/command/watch_command.go's
+        interactive loop), so that the checks of notifications (watches.py) meet live ones:
+        etcd sends them unasked only every 10 minutes."""
         prefix = self.cfg["watch_prefix"]
         rev = start
         restarts = 0
         progress = self.progress_flag()
         while not self.watch_stop.is_set() and time.time() < self.deadline and restarts < 200:
-            cmd = [*self.base, "--dial-timeout=2s", "-w", "json", "watch", "--prefix",
-                   *progress, f"--rev={rev}", prefix]
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
+            request = ["--prefix", *progress, f"--rev={rev}", prefix]
+            interactive = bool(progress)
+            cmd = [*self.base, "--dial-timeout=2s", "-w", "json", "watch",
+                   *(["-i"] if interactive else request)]
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if interactive else None,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             stopper = threading.Thread(target=self._kill_on_stop, args=(proc,), daemon=True)
             stopper.start()
+            if interactive:
+                threading.Thread(target=self._ask_progress, args=(proc, " ".join(request)),
+                                 daemon=True).start()
             assert proc.stdout is not None
+            self.canceled = False
             for line in proc.stdout:
                 rev = self.watch_line(line, rev)
+                if self.canceled:         # an interactive etcdctl outlives its watch
+                    proc.kill()
             proc.wait()
             err = (proc.stderr.read() if proc.stderr else "").strip()[-200:]
             if self.watch_stop.is_set():
@@ -215,6 +231,18 @@ class Agent:
         res = subprocess.run([*self.base, "watch", "--help"], capture_output=True, text=True,
                              check=False)
         return ["--progress-notify"] if "--progress-notify" in res.stdout + res.stderr else []
+
+    def _ask_progress(self, proc: subprocess.Popen[str], request: str) -> None:
+        """Start the interactive watch, then ask for progress until the process ends."""
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(f"watch {request}\n")
+            proc.stdin.flush()
+            while proc.poll() is None and not self.watch_stop.wait(PROGRESS_EVERY):
+                proc.stdin.write("progress\n")
+                proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            return
 
     def _kill_on_stop(self, proc: subprocess.Popen[str]) -> None:
         while proc.poll() is None:
@@ -238,6 +266,7 @@ class Agent:
 
     def watch_response(self, resp: dict[str, Any], rev: int) -> int:
         """Emit the response's events; the revision to resume from."""
+        self.canceled = bool(resp.get("Canceled"))
         compact = int(resp.get("CompactRevision") or 0)
         if compact and compact > rev:
             self.emit({"type": "gap", "from": rev, "to": compact - 1,
