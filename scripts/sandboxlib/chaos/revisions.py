@@ -94,7 +94,7 @@ class Revisions:
     """One tenant's etcd and API operations and what their revisions say."""
 
     def __init__(self, ops: Iterable[Op], where: str,
-                 watched: dict[int, int] | None = None) -> None:
+                 watched: dict[int, int] | None = None, observed: bool = True) -> None:
         self.ops = list(ops)
         self.where = where
         self.findings: list[Finding] = []
@@ -113,7 +113,7 @@ class Revisions:
         # Unknown writes a read saw, else a watch delivered (watches.seen_at).
         ids = {o.id for o in self.ops}
         self.unknown_at = {**{i: r for i, r in (watched or {}).items() if i in ids},
-                           **self._observed_unknown_writes()}
+                           **(self._observed_unknown_writes() if observed else {})}
         # Every write's revision known: acknowledged ones, unknown ones a read or watch saw.
         self.by_rev: dict[int, list[Op]] = defaultdict(list)
         for o in self.ops:
@@ -333,8 +333,9 @@ def delete_windows(hist: History, seen: dict[int, int] | None = None) -> dict[in
         by_tenant[o.tenant].append(o)
     out: dict[int, DeleteWindow] = {}
     for tenant, ops in by_tenant.items():
-        rv = Revisions(ops, tenant)
+        rv = Revisions(ops, tenant, observed=False)
         events = delete_events(hist, tenant)
+        ordered = {k: sorted(v) for k, v in events.items()}
         claimed = {write_rev(o) for o in ops} | {seen[o.id] for o in ops if o.id in seen}
         late = sorted(rv.timed, key=lambda o: o.invoke)
         invokes = [o.invoke for o in late]
@@ -357,8 +358,10 @@ def delete_windows(hist: History, seen: dict[int, int] | None = None) -> dict[in
                 i = bisect.bisect_right(invokes, d.complete)
                 hi = ceil[i] if i < len(late) else None
             arrived = events.get((d.iface, d.key), {})
-            cands = {r for r, t in arrived.items() if r > lo and (hi is None or r <= hi)
-                     and t >= d.invoke and r not in claimed}
+            revs = ordered.get((d.iface, d.key), [])
+            window = revs[bisect.bisect_right(revs, lo):
+                          len(revs) if hi is None else bisect.bisect_right(revs, hi)]
+            cands = {r for r in window if arrived[r] >= d.invoke and r not in claimed}
             mine.append(DeleteWindow(d, lo, hi, cands))
         groups: dict[tuple[str, str], list[DeleteWindow]] = defaultdict(list)
         for w in mine:
