@@ -120,6 +120,13 @@ def test_agent_against_real_etcd(etcd: tuple[str, str]) -> None:
     # each vouching that every event up to it had been delivered (watches.py checks it)
     assert len(w.progress) >= 2 and not w.restarts, (w.progress, w.restarts)
     assert any(p["after"] < len(w.events) for p in w.progress)   # amid the events
+    # the two-key transactions: revisions of two keys, each delivered in one response
+    pairs: dict[int, set[int | None]] = {}
+    for e in w.events:
+        if "/pairs/" in e.key:
+            pairs.setdefault(e.rev, set()).add(e.resp)
+    assert len(pairs) >= 2 and all(len(r) == 1 for r in pairs.values()), pairs
+    assert all(sum(1 for e in w.events if e.rev == rev) == 2 for rev in pairs)
     rep = checker.check(hist)
     assert rep.anomalies == [] and rep.ops_checked > 20
     # One linearizable read changed to an older value of its key: caught.

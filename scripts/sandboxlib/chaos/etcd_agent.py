@@ -4,7 +4,8 @@ only: ``scripts/sandbox chaos`` copies this file there and starts it over SSH).
 It uses etcdctl with exactly what kube-apiserver uses there (k0s.yaml's endpoints and the
 tenant's CA, certificate and key; under etcd RBAC the tenant's user, confined to its
 prefix): clients put, get (linearizable and serializable), compare-and-swap on mod_revision
-(``etcdctl txn``) and delete keys under the run's prefix, and one ``etcdctl watch`` follows
+(``etcdctl txn``) and delete keys under the run's prefix (and, apart, write two keys in one
+transaction now and then, for the watch's atomicity), and one ``etcdctl watch`` follows
 the tenant's whole prefix from a known revision. One JSON object per line on stdout: ``ready``
 (the start revision), ``op`` (an operation, invoked and answered), ``event`` / ``restart`` /
 ``gap`` / ``progress`` (the watch; each event names the response it came in), ``stopped``,
@@ -27,6 +28,7 @@ from typing import Any
 
 OP_TIMEOUT = 12.0          # an etcdctl that has not answered by then is killed (unknown)
 PROGRESS_EVERY = 1.0       # seconds between the watch's progress requests
+PAIR_EVERY = 0.5           # seconds between two-key transactions (Agent.pairs)
 DEFINITE = ("permission denied", "authentication failed", "user name not found",
             "invalid auth token")
 
@@ -185,6 +187,20 @@ class Agent:
             else:
                 self.stop.wait(rng.uniform(0.5, 1.0))    # a client backs off after a failure
             self.stop.wait(float(self.cfg["pace"]))
+
+    def pairs(self) -> None:
+        """Two keys in one transaction (one revision) every PAIR_EVERY seconds, under
+        ``<prefix>pairs/``: no client operation of the history (its values are not the
+        run's), so only the watch checks see them -- a revision of two keys must come in
+        one watch response (watch-split-revision), which the single-key workload never
+        puts to the test."""
+        base = f"{self.cfg['prefix']}pairs/"
+        n = 0
+        while not self.stop.is_set() and time.time() < self.deadline:
+            n += 1
+            value = f"pair-{n}"
+            self.etcdctl(["txn"], stdin=f"\nput {base}a {value}\nput {base}b {value}\n\n\n")
+            self.stop.wait(PAIR_EVERY)
 
     # -- the watch ------------------------------------------------------------------------
     def watch(self, start: int) -> None:
@@ -346,6 +362,7 @@ class Agent:
         watcher.start()
         clients = [threading.Thread(target=self.client, args=(i,), daemon=True)
                    for i in range(int(self.cfg["clients"]))]
+        clients.append(threading.Thread(target=self.pairs, daemon=True))
         for c in clients:
             c.start()
         for c in clients:
