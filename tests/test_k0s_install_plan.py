@@ -223,23 +223,30 @@ PLAYBOOK = """
         name: {role}
         tasks_from: plan
         public: true
-    - name: Write the plan on the control node
-      ansible.builtin.copy:
-        content: >-
-          {{{{ {{'bootstrap': k0s_bootstrap_controller, 'action': k0s_install_action,
-                'command': k0s_install_command, 'token': k0s_install_uses_token,
-                'state': _k0s_install_record | from_json, 'state_sha256': _k0s_install_record | hash('sha256')}}
-               | to_json }}}}
-        dest: "{out}/{{{{ inventory_hostname }}}}.json"
-        mode: "0600"
-      delegate_to: localhost
-    - name: Write the record as install.yml writes it after an install (the new unit's checksum)
-      ansible.builtin.copy:
-        content: "{{{{ _k0s_install_record }}}}"
-        dest: "{out}/{{{{ inventory_hostname }}}}.record"
-        mode: "0600"
+    - name: Keep the plan
+      ansible.builtin.set_fact:
+        _test_plan:
+          bootstrap: "{{{{ k0s_bootstrap_controller }}}}"
+          action: "{{{{ k0s_install_action }}}}"
+          command: "{{{{ k0s_install_command }}}}"
+          token: "{{{{ k0s_install_uses_token }}}}"
+          state: "{{{{ _k0s_install_record | from_json }}}}"
+          state_sha256: "{{{{ _k0s_install_record | hash('sha256') }}}}"
+    - name: Keep the record as install.yml writes it after an install (the new unit's checksum)
+      ansible.builtin.set_fact:
+        _test_record: "{{{{ _k0s_install_record | from_json }}}}"
       vars:
         _k0s_unit_sha256: "{{{{ 'c' * 64 }}}}"
+    - name: Write every host's plan on the control node, in one file
+      ansible.builtin.copy:
+        content: >-
+          {{{{ dict(ansible_play_hosts | zip(ansible_play_hosts
+               | map('extract', hostvars) | map('dict2items')
+               | map('selectattr', 'key', 'in', ['_test_plan', '_test_record'])
+               | map('items2dict'))) | to_json }}}}
+        dest: "{out}/plans.json"
+        mode: "0600"
+      run_once: true
       delegate_to: localhost
 """
 
@@ -259,9 +266,9 @@ def _plan(tmp_path: Path, name: str, records: dict[str, str],
     if limit:
         cmd += ["--limit", limit]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
-    plans = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
-    for record in out.glob("*.record"):
-        plans[record.stem]["record"] = json.loads(record.read_text())
+    written = out / "plans.json"
+    plans = {host: {**kept["_test_plan"], "record": kept["_test_record"]}
+             for host, kept in (json.loads(written.read_text()) if written.exists() else {}).items()}
     return result, plans
 
 
