@@ -122,6 +122,13 @@ def test_join_retry_schedule_is_retry_gos_default(node: Node) -> None:
         for n, delay in enumerate(delays):
             assert 0.1 * (1 << n) <= delay < 0.1 * (1 << n) + 0.1
         assert 51.1 <= sum(delays) < 52.0
+    # Scaled only where a Molecule step asks (not k0s: labelled in the double)
+    node.env["K0S_TEST_DOUBLE_RETRY_SCALE"] = "0.05"
+    try:
+        for delays in json.loads(helper(node, "delays").stdout):
+            assert 0.05 * 51.1 <= sum(delays) < 0.05 * 52.0
+    finally:
+        del node.env["K0S_TEST_DOUBLE_RETRY_SCALE"]
 
 
 def test_a_join_that_keeps_failing_tries_ten_times_then_exits_non_zero(node: Node) -> None:
