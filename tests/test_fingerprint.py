@@ -188,6 +188,12 @@ def test_a_service_is_compared_with_what_its_unit_gives_it(tmp_path: Path) -> No
     proc = subprocess.Popen(["sleep", "30"], env={"PATH": os.environ["PATH"], "APP_A": "1",
                                                   "APP_B": "two", "DUR": "30",
                                                   "INVOCATION_ID": "x"})
+    # Until the child has exec'ed sleep, its /proc environ is still this process's (a loaded
+    # host showed it); a service's MainPID, which the module reads, has long since.
+    deadline = time.monotonic() + 10
+    while (Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep"
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
     try:
         props = {"MainPID": [str(proc.pid)], "Environment": ['"DUR=30"'],
                  "EnvironmentFiles": [f"{env_file} (ignore_errors=no)"],
