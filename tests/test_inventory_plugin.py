@@ -85,6 +85,8 @@ def test_vagrant_backend_addresses(path: Path) -> None:
         assert hostvars[node.name]["ansible_host"] == node.address("vagrant")
         assert hostvars[node.name]["ansible_user"] == "vagrant"
         assert hostvars[node.name]["ansible_become"] is True
+        # as Vagrant's ansible provisioner connects (--timeout=30), not Ansible's 10 s
+        assert hostvars[node.name]["ansible_ssh_timeout"] == 30
 
 
 def test_invalid_topology_fails_the_inventory(write_topology: Callable[..., Path]) -> None:

@@ -40,6 +40,9 @@ def vagrant_key(topo: Topology, node: str) -> str:
     return str(Path.home() / ".vagrant.d" / "insecure_private_key")
 
 
+VAGRANT_SSH_TIMEOUT = 30
+
+
 def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
     """Inventory as {'hosts': {name: vars}, 'groups': {group: [names]}, 'vars': {...}}."""
     backend = selected_backend(backend)
@@ -65,8 +68,12 @@ def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
                       ansible_ssh_private_key_file=str(state / "ssh" / "id_ed25519"),
                       sandbox_container=topo.container_name(node))
         else:
+            # The connection timeout Vagrant's ansible provisioner gives `vagrant up`
+            # (--timeout=30), for every later run too: Ansible's default 10 s let a verify of
+            # VMs under TCG on a loaded host call a member unreachable.
             hv.update(ansible_user="vagrant", ansible_become=True,
-                      ansible_ssh_private_key_file=vagrant_key(topo, node.name))
+                      ansible_ssh_private_key_file=vagrant_key(topo, node.name),
+                      ansible_ssh_timeout=VAGRANT_SSH_TIMEOUT)
         if node.name in tenant_of:
             hv["k0s_tenant"] = tenant_of[node.name]
         hv.update(node.vars)
