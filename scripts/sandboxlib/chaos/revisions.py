@@ -336,7 +336,7 @@ def delete_windows(hist: History, seen: dict[int, int] | None = None) -> dict[in
         rv = Revisions(ops, tenant, observed=False)
         events = delete_events(hist, tenant)
         ordered = {k: sorted(v) for k, v in events.items()}
-        claimed = {write_rev(o) for o in ops} | {seen[o.id] for o in ops if o.id in seen}
+        claimed = set(rv.by_rev) | {seen[o.id] for o in ops if o.id in seen}
         late = sorted(rv.timed, key=lambda o: o.invoke)
         invokes = [o.invoke for o in late]
         # the lowest revision a delete answered before t may have: from each operation

@@ -141,6 +141,16 @@ def last_vouched(w: Watch) -> int:
     return max([e.rev for e in w.events] + [int(p["rev"]) for p in w.progress] + [w.start_rev])
 
 
+def watched_key(w: Watch, op: Op, api_keys: dict[str, str]) -> str | None:
+    """The key under which ``w`` delivers ``op``'s key (None: ``w`` does not watch it): an
+    API watch its own resources; an etcd watch its prefix, the API's objects included under
+    the key prefix their API server stores them at."""
+    if w.iface == "api":
+        return op.key if op.iface == "api" else None
+    key = op.key if op.iface == "etcd" else api_keys.get(op.tenant, "?") + op.key
+    return key if key.startswith(w.prefix) else None
+
+
 def committed(hist: History, w: Watch, api_keys: dict[str, str],
               seen: dict[int, int]) -> dict[tuple[str, int], Op]:
     """(key, revision) of every write the history proves committed that ``w`` must deliver:
@@ -153,15 +163,8 @@ def committed(hist: History, w: Watch, api_keys: dict[str, str],
         rev = (op.result.get("rev") if op.acknowledged else None) or seen.get(op.id)
         if rev is None or rev <= w.start_rev or rev > top:
             continue
-        if w.iface == "etcd":
-            key = op.key if op.iface == "etcd" else api_keys.get(op.tenant, "?") + op.key
-            if not key.startswith(w.prefix):
-                continue
-        elif op.iface != "api":
-            continue
-        else:
-            key = op.key
-        if any(g["from"] <= rev <= g["to"] for g in w.reported_gaps):
+        key = watched_key(w, op, api_keys)
+        if key is None or any(g["from"] <= rev <= g["to"] for g in w.reported_gaps):
             continue
         out[(key, int(rev))] = op
     return out
@@ -288,19 +291,12 @@ class WatchCheck:
                     or d.tenant != w.tenant or win.lo < w.start_rev or win.hi > top
                     or any(g["from"] <= win.hi and win.lo < g["to"] for g in w.reported_gaps)):
                 continue
-            name = self.watched_key(d)
+            name = watched_key(w, d, self.api_keys)
             if name is None or any(e.key == name and e.type in ("DELETE", "DELETED")
                                    and win.lo < e.rev <= win.hi for e in w.events):
                 continue
             self.add("watch-gap", f"the acknowledged delete of {name} (between revisions "
                      f"{win.lo + 1} and {win.hi}) never came", [], [d])
-
-    def watched_key(self, op: Op) -> str | None:
-        """The key under which this watch delivers ``op``'s key (None: not watched here)."""
-        if self.w.iface == "api":
-            return op.key if op.iface == "api" else None
-        key = op.key if op.iface == "etcd" else self.api_keys.get(op.tenant, "?") + op.key
-        return key if key.startswith(self.w.prefix) else None
 
     def stalled(self) -> None:
         w = self.w
