@@ -60,15 +60,14 @@ LINT_STAGES: list[tuple[str, list[str]]] = [
     ("build-image", ["scripts/build-image"]),
 ]
 
+# The test files that are stages of their own (below), left out of the two pytest stages.
+OWN_STAGES = [f"--ignore={f}" for f in (VAGRANT_E2E, COLLECTION_E2E, ATTACK_E2E, CLI_E2E)]
+
 PYTEST_STAGES: list[tuple[str, list[str]]] = [
-    ("pytest", ["pytest", "tests", "-m", "not e2e", f"--ignore={VAGRANT_E2E}",
-                f"--ignore={COLLECTION_E2E}", f"--ignore={ATTACK_E2E}", f"--ignore={CLI_E2E}",
-                "--durations=10"]),
+    ("pytest", ["pytest", "tests", "-m", "not e2e", *OWN_STAGES, "--durations=10"]),
     # The other whole-sandbox tests (a shipped topology as README types it, an interrupted
     # `up`): a stage of their own, so that no stage passes 8 minutes (issue 38).
-    ("pytest e2e", ["pytest", "tests", "-m", "e2e", f"--ignore={VAGRANT_E2E}",
-                    f"--ignore={COLLECTION_E2E}", f"--ignore={ATTACK_E2E}", f"--ignore={CLI_E2E}",
-                    "--durations=5"]),
+    ("pytest e2e", ["pytest", "tests", "-m", "e2e", *OWN_STAGES, "--durations=5"]),
     # The CLI end to end on one sandbox (the documents' lines, drift, day-2, power loss): a
     # stage of its own, so that the pool runs it beside the rest of pytest, not after it.
     ("pytest cli-e2e", ["pytest", CLI_E2E, "--durations=5"]),
@@ -84,8 +83,8 @@ QUICK_PYTEST = ("pytest", ["pytest", "tests", "-m", "not e2e", f"--ignore={VAGRA
                            "-n", "2", "--durations=10"])
 
 # Seconds each heavy stage took in a clean-clone run of .ci/run with two at a time (b800c1f,
-# 2026-12-06, docs/performance.md; pytest then held what "pytest e2e" runs now): the pool starts the longest first so that the two lanes
-# end close together. Unknown stages count 300.
+# 2026-12-06, docs/performance.md; pytest then held what "pytest e2e" runs now): the pool
+# starts the longest first so that the two lanes end close together. Unknown stages count 300.
 EXPECTED_SECONDS: dict[str, int] = {
     "pytest": 440, "pytest e2e": 145, "molecule crd_apiserver": 485, "pytest cli-e2e": 425,
     "molecule k0s_controller": 415, "pytest vagrant-e2e": 390,
