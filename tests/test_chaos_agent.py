@@ -2,7 +2,9 @@
 against a real etcd on loopback (Debian's pinned 3.5.30 .deb files, the ones the node image
 carries, unpacked here): its operations, watch and end marker, read back into a History the
 checker finds linearizable; and the same history with one read changed, which it does not.
-Skipped, saying why, where the .deb files cannot be had."""
+Both ways the agent sends its operations: in-process gRPC (Debian's python3-etcd3, as the node
+image has it; run with the system python3 that has it) and one etcdctl process per operation.
+Skipped, saying why, where the .deb files or python3-etcd3 cannot be had."""
 
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT
-from sandboxlib.chaos import checker, workload
+from sandboxlib.chaos import checker, report, workload
 from sandboxlib.chaos.etcd_agent import Agent
 from sandboxlib.chaos.history import History
 from sandboxlib.topology import Tenant
@@ -65,14 +68,48 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
         proc.wait(timeout=30)
 
 
-def _run_agent(url: str, etcdctl: str, seconds: float) -> History:
+SYSTEM_PYTHON = "/usr/bin/python3"     # the nodes' python3, where Debian's python3-etcd3 goes
+
+
+def _agent_python(client: str) -> str:
+    """The interpreter the agent runs with: for gRPC the system python3 with Debian's
+    python3-etcd3 (as on the nodes), else skipped saying so."""
+    if client == "etcdctl":
+        return sys.executable
+    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import etcd3"], capture_output=True,
+                           text=True, check=False) if Path(SYSTEM_PYTHON).exists() else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("SKIPPED LOUDLY: the gRPC client needs Debian's python3-etcd3 on this host "
+                    "(apt-get install python3-etcd3; .ci/run installs it): "
+                    + (probe.stderr.strip()[-150:] if probe else f"no {SYSTEM_PYTHON}"))
+    return SYSTEM_PYTHON
+
+
+@pytest.fixture(scope="module")
+def runs(etcd: tuple[str, str]) -> dict[str, History]:
+    """One agent run per client, one after the other on the same etcd (a client that cannot
+    run here is left out; its test skips saying why)."""
+    out = {}
+    for client in ("grpc", "etcdctl"):
+        try:
+            python = _agent_python(client)
+        except pytest.skip.Exception:
+            continue
+        out[client] = _run_agent(*etcd, seconds=4, client=client, python=python)
+    return out
+
+
+def _run_agent(url: str, etcdctl: str, seconds: float, client: str = "etcdctl",
+               python: str = sys.executable) -> History:
     hist = History(meta={"prefixes": {"t": "/t/"}})
     t0 = time.monotonic()
-    cfg = {"t0": t0, "sent": time.monotonic(), "tenant": "t", "run": "unit", "seed": 7, "clients": 3, "keys": 3,
-           "prefix": "/t/chaos/unit/", "watch_prefix": "/t/", "endpoints": [url],
+    # each client's run its own keys: the two runs share one etcd
+    cfg = {"t0": t0, "sent": time.monotonic(), "tenant": "t", "run": f"unit-{client}", "seed": 7,
+           "clients": 3, "keys": 3, "prefix": f"/t/chaos/unit-{client}/", "watch_prefix": "/t/",
+           "endpoints": [url],
            "cacert": None, "cert": None, "key": None, "pace": 0.02, "max_seconds": 120,
-           "etcdctl": etcdctl}
-    proc = subprocess.Popen([sys.executable, str(AGENT), json.dumps(cfg)], text=True,
+           "etcdctl": etcdctl, "client": client}
+    proc = subprocess.Popen([python, str(AGENT), json.dumps(cfg)], text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     wl = workload.Workload.__new__(workload.Workload)
@@ -105,8 +142,12 @@ def test_an_agent_on_another_clock_refuses_to_start() -> None:
     assert "monotonic clock is +3600 s from the control node's" in done.stderr, done.stderr
 
 
-def test_agent_against_real_etcd(etcd: tuple[str, str]) -> None:
-    hist = _run_agent(*etcd, seconds=4)
+@pytest.mark.parametrize("client", ["grpc", "etcdctl"])
+def test_agent_against_real_etcd(runs: dict[str, History], client: str) -> None:
+    _agent_python(client)        # skips, saying why, where this client cannot run
+    hist = runs[client]
+    assert hist.meta["etcd_clients"]["t"] == {
+        "client": client, "why": "" if client == "grpc" else "the run asked for etcdctl"}
     kinds = {(o.kind, o.consistency if o.kind == "read" else "") for o in hist.ops}
     assert {("put", ""), ("cas", ""), ("delete", ""), ("read", "l"), ("read", "s")} <= kinds
     assert all(o.outcome == "ok" for o in hist.ops), [o for o in hist.ops if o.outcome != "ok"]
@@ -200,3 +241,14 @@ def test_agent_reads_watch_responses(capsys: pytest.CaptureFixture[str]) -> None
     assert agent.canceled            # an interactive etcdctl is killed and restarted
     gap = json.loads(capsys.readouterr().out)
     assert gap == {"type": "gap", "from": 7, "to": 11, "why": "compacted at 12"}
+
+
+def test_grpc_windows_are_the_request(runs: dict[str, History]) -> None:
+    """The point of the in-process client: an operation's window is the request, not an
+    etcdctl process's start and exit around it (two runs on one etcd, one after the other)."""
+    if set(runs) != {"grpc", "etcdctl"}:
+        _agent_python("grpc")
+    med = {c: report.windows(h)["t etcd"] for c, h in runs.items()}
+    assert med["grpc"]["client"] == "grpc" and med["etcdctl"]["client"] == "etcdctl"
+    assert med["grpc"]["median_ms"] * 2 < med["etcdctl"]["median_ms"], med
+    assert med["grpc"]["operations"] > med["etcdctl"]["operations"], med

@@ -42,6 +42,23 @@ def test_report_counts_unavailability_and_text() -> None:
     assert "stand-in, not k0s" in data["note"]
 
 
+def test_windows_per_tenant_and_interface_name_the_etcd_client() -> None:
+    h = _history()
+    h.meta["etcd_clients"] = {"t": {"client": "etcdctl", "why": "no python3-etcd3 on this node"}}
+    acked = sorted(o.complete - o.invoke for o in h.ops if o.acknowledged
+                   and o.complete is not None and not o.process.endswith("/final"))
+    w = report.windows(h)
+    assert list(w) == ["t etcd"]           # only etcd operations in this history
+    assert w["t etcd"]["operations"] == len(acked)
+    assert w["t etcd"]["median_ms"] == round(1000 * acked[len(acked) // 2], 1)
+    assert w["t etcd"]["p95_ms"] == round(1000 * acked[int(0.95 * (len(acked) - 1))], 1)
+    assert w["t etcd"]["median_ms"] <= w["t etcd"]["p95_ms"]
+    text = report.text(report.build(h, checker.check(h), {"ok": True}, ""))
+    assert (f"  t etcd                 median {w['t etcd']['median_ms']:g} ms, 95th percentile "
+            f"{w['t etcd']['p95_ms']:g} ms; one etcdctl process each (no python3-etcd3 on this "
+            "node)") in text, text
+
+
 def test_timeline_png(tmp_path: Path) -> None:
     path = tmp_path / "timeline.png"
     report.timeline(_history(), path, "test")

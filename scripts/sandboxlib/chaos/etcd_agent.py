@@ -1,12 +1,19 @@
-"""The etcd side of the chaos workload, run ON a tenant's controller (python3, standard library
-only: ``scripts/sandbox chaos`` copies this file there and starts it over SSH).
+"""The etcd side of the chaos workload, run ON a tenant's controller (python3; ``scripts/sandbox
+chaos`` copies this file there and starts it over SSH).
 
-It uses etcdctl with exactly what kube-apiserver uses there (k0s.yaml's endpoints and the
+It reaches etcd with exactly what kube-apiserver uses there (k0s.yaml's endpoints and the
 tenant's CA, certificate and key; under etcd RBAC the tenant's user, confined to its
 prefix): clients put, get (linearizable and serializable), compare-and-swap on mod_revision
-(``etcdctl txn``) and delete keys under the run's prefix (and, apart, write two keys in one
+(a transaction) and delete keys under the run's prefix (and, apart, write two keys in one
 transaction now and then, for the watch's atomicity), and one ``etcdctl watch`` follows
-the tenant's whole prefix from a known revision. One JSON object per line on stdout: ``ready``
+the tenant's whole prefix from a known revision.
+
+The clients' requests go in-process over gRPC where the node has Debian's python3-etcd3 (the
+node image does): its generated etcd v3 stubs on one kept grpc channel per endpoint per
+client, the tenant's certificate on the TLS connection (etcd takes the user from its CN), so
+an operation's window is the request itself. Elsewhere (``"client": "etcdctl"``, or no
+python3-etcd3) each operation is one ``etcdctl`` process, whose window also holds the
+process's start (about 30-50 ms). ``ready`` says which, and why. One JSON object per line on stdout: ``ready``
 (the start revision), ``op`` (an operation, invoked and answered), ``event`` / ``restart`` /
 ``gap`` / ``progress`` (the watch; each event names the response it came in), ``stopped``,
 ``done`` (the end marker's revision, whether the watch delivered it, why not). Commands on stdin: ``stop`` (clients finish
@@ -19,18 +26,125 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import random
 import subprocess
 import sys
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 OP_TIMEOUT = 12.0          # an etcdctl that has not answered by then is killed (unknown)
+GRPC_TIMEOUT = 5.0         # a gRPC request's deadline (etcdctl's --command-timeout=5s)
 PROGRESS_EVERY = 1.0       # seconds between the watch's progress requests
 PAIR_EVERY = 0.5           # seconds between two-key transactions (Agent.pairs)
 DEFINITE = ("permission denied", "authentication failed", "user name not found",
             "invalid auth token")
+
+
+class EtcdctlOps:
+    """One etcdctl process per operation (its JSON output is what ``Agent.result`` reads)."""
+
+    name = "etcdctl"
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def request(self, kind: str, key: str, value: str | None, expected: int | None,
+                consistency: str) -> tuple[int, dict[str, Any], str]:
+        a = self.agent
+        if kind == "put":
+            return a.etcdctl(["put", key, str(value)])
+        if kind == "read":
+            return a.etcdctl(["get", key] + (["--consistency=s"] if consistency == "s" else []))
+        if kind == "delete":
+            return a.etcdctl(["del", key])
+        if kind == "pair":
+            return a.etcdctl(["txn"], stdin=f"\nput {key}a {value}\nput {key}b {value}\n\n\n")
+        # cas: the Kubernetes pattern, an update guarded by the mod revision
+        return a.etcdctl(["txn"], stdin=f'mod("{key}") = "{expected}"\n\nput {key} {value}\n\n'
+                                        f"get {key}\n\n")
+
+
+class GrpcOps:
+    """The same requests in-process: Debian's python3-etcd3 (etcd's generated v3 stubs; its
+    KV calls are used bare, so every response keeps its header revision) on one kept grpc
+    channel per endpoint, the tenant's CA, certificate and key on the TLS connection. After a
+    request that found no member (UNAVAILABLE, DEADLINE_EXCEEDED) the next request goes to
+    the next endpoint, as clientv3's balancer moves on. Responses become the dicts etcdctl
+    -w json prints (protobuf's own json_format), so one ``Agent.result`` reads both."""
+
+    name = "grpc"
+
+    def __init__(self, cfg: dict[str, Any], index: int) -> None:
+        import etcd3  # type: ignore[import-not-found]
+        from etcd3 import etcdrpc  # type: ignore[import-not-found]
+        self.rpc = etcdrpc
+        self.clients = []
+        for url in cfg["endpoints"]:
+            u = urlsplit(url)
+            tls = {"ca_cert": cfg["cacert"], "cert_key": cfg["key"],
+                   "cert_cert": cfg["cert"]} if cfg.get("cacert") else {}
+            self.clients.append(etcd3.client(u.hostname, u.port or 2379, timeout=GRPC_TIMEOUT,
+                                             **tls))
+        self.at = index % len(self.clients)
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
+
+    def request(self, kind: str, key: str, value: str | None, expected: int | None,
+                consistency: str) -> tuple[int, dict[str, Any], str]:
+        import grpc  # type: ignore[import-untyped]
+        from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
+        rpc, c = self.rpc, self.clients[self.at]
+        k, v = key.encode(), str(value).encode()
+        try:
+            if kind == "put":
+                resp = c.kvstub.Put(rpc.PutRequest(key=k, value=v), GRPC_TIMEOUT)
+            elif kind == "read":
+                resp = c.kvstub.Range(rpc.RangeRequest(key=k, serializable=consistency == "s"),
+                                      GRPC_TIMEOUT)
+            elif kind == "delete":
+                resp = c.kvstub.DeleteRange(rpc.DeleteRangeRequest(key=k), GRPC_TIMEOUT)
+            elif kind == "pair":
+                resp = c.kvstub.Txn(rpc.TxnRequest(success=[
+                    rpc.RequestOp(request_put=rpc.PutRequest(key=k + b"a", value=v)),
+                    rpc.RequestOp(request_put=rpc.PutRequest(key=k + b"b", value=v))]),
+                    GRPC_TIMEOUT)
+            else:
+                get = rpc.RequestOp(request_range=rpc.RangeRequest(key=k))
+                resp = c.kvstub.Txn(rpc.TxnRequest(
+                    compare=[rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.MOD,
+                                         key=k, mod_revision=int(expected or 0))],
+                    success=[rpc.RequestOp(request_put=rpc.PutRequest(key=k, value=v)), get],
+                    failure=[get]), GRPC_TIMEOUT)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                self.at = (self.at + 1) % len(self.clients)
+            return 1, {}, f"{code.name}: {exc.details()}"[-300:]
+        return 0, MessageToDict(resp, preserving_proto_field_name=True), ""
+
+
+def pick_ops(agent: Agent, index: int) -> EtcdctlOps | GrpcOps:
+    """The client's transport: gRPC unless the run asked for etcdctl or this node cannot."""
+    if agent.client_kind == "grpc":
+        return GrpcOps(agent.cfg, index)
+    return EtcdctlOps(agent)
+
+
+def grpc_why_not(cfg: dict[str, Any]) -> str:
+    """"" when this node can send the run's requests over gRPC, else why not."""
+    if cfg.get("client") == "etcdctl":
+        return "the run asked for etcdctl"
+    os.environ.setdefault("GRPC_DNS_RESOLVER", "native")   # /etc/hosts, as etcdctl resolves
+    try:
+        import etcd3  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError as exc:
+        return f"no python3-etcd3 on this node ({exc})"
+    return ""
 
 
 class Agent:
@@ -52,6 +166,8 @@ class Agent:
             base += [f"--cacert={cfg['cacert']}", f"--cert={cfg['cert']}", f"--key={cfg['key']}"]
         self.base = base
         self.deadline = time.time() + float(cfg["max_seconds"])
+        self.client_why = grpc_why_not(cfg)
+        self.client_kind = "etcdctl" if self.client_why else "grpc"
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -90,24 +206,16 @@ class Agent:
         return res.returncode, out if isinstance(out, dict) else {}, res.stderr.strip()[-300:]
 
     # -- operations ---------------------------------------------------------------------
-    def run_op(self, process: str, kind: str, key: str, value: str | None = None,
-               expected: int | None = None, consistency: str = "l") -> dict[str, Any]:
+    def run_op(self, ops: EtcdctlOps | GrpcOps, process: str, kind: str, key: str,
+               value: str | None = None, expected: int | None = None,
+               consistency: str = "l") -> dict[str, Any]:
         with self.lock:
             self.seq += 1
             seq = self.seq
         op: dict[str, Any] = {"type": "op", "seq": seq, "process": process, "kind": kind,
                               "key": key, "value": value, "expected": expected,
                               "consistency": consistency, "invoke": self.now()}
-        if kind == "put":
-            rc, out, err = self.etcdctl(["put", key, str(value)])
-        elif kind == "read":
-            rc, out, err = self.etcdctl(["get", key] + (["--consistency=s"]
-                                                        if consistency == "s" else []))
-        elif kind == "delete":
-            rc, out, err = self.etcdctl(["del", key])
-        else:   # cas: the Kubernetes pattern, an update guarded by the mod revision
-            txn = f'mod("{key}") = "{expected}"\n\nput {key} {value}\n\nget {key}\n\n'
-            rc, out, err = self.etcdctl(["txn"], stdin=txn)
+        rc, out, err = ops.request(kind, key, value, expected, consistency)
         op["complete"] = self.now()
         if rc != 0:
             definite = any(d in err for d in DEFINITE)
@@ -162,6 +270,7 @@ class Agent:
         process = f"{self.cfg['tenant']}/etcd-{index}"
         keys = [f"{self.cfg['prefix']}k{i}" for i in range(int(self.cfg["keys"]))]
         seen: dict[str, int] = {}
+        ops = pick_ops(self, index)
         n = 0
         while not self.stop.is_set() and time.time() < self.deadline:
             n += 1
@@ -169,15 +278,15 @@ class Agent:
             roll = rng.random()
             value = f"chaos-{self.cfg['run']}-{self.cfg['tenant']}-e{index}-{n}"
             if roll < 0.25:
-                op = self.run_op(process, "put", key, value)
+                op = self.run_op(ops, process, "put", key, value)
             elif roll < 0.50:
-                op = self.run_op(process, "read", key)
+                op = self.run_op(ops, process, "read", key)
             elif roll < 0.60:
-                op = self.run_op(process, "read", key, consistency="s")
+                op = self.run_op(ops, process, "read", key, consistency="s")
             elif roll < 0.90:
-                op = self.run_op(process, "cas", key, value, expected=seen.get(key, 0))
+                op = self.run_op(ops, process, "cas", key, value, expected=seen.get(key, 0))
             else:
-                op = self.run_op(process, "delete", key)
+                op = self.run_op(ops, process, "delete", key)
             res = op["result"]
             if op["outcome"] == "ok":
                 if op["kind"] == "delete" and res.get("deleted") or res.get("found") is False:
@@ -195,11 +304,11 @@ class Agent:
         one watch response (watch-split-revision), which the single-key workload never
         puts to the test."""
         base = f"{self.cfg['prefix']}pairs/"
+        ops = pick_ops(self, int(self.cfg["clients"]))
         n = 0
         while not self.stop.is_set() and time.time() < self.deadline:
             n += 1
-            value = f"pair-{n}"
-            self.etcdctl(["txn"], stdin=f"\nput {base}a {value}\nput {base}b {value}\n\n\n")
+            ops.request("pair", base, f"pair-{n}", None, "l")
             self.stop.wait(PAIR_EVERY)
 
     # -- the watch ------------------------------------------------------------------------
@@ -318,14 +427,15 @@ class Agent:
     def finish(self) -> None:
         keys = [f"{self.cfg['prefix']}k{i}" for i in range(int(self.cfg["keys"]))]
         process = f"{self.cfg['tenant']}/final"
+        ops = pick_ops(self, 0)
         for key in keys:
             for _ in range(20):
-                if self.run_op(process, "read", key)["outcome"] == "ok":
+                if self.run_op(ops, process, "read", key)["outcome"] == "ok":
                     break
                 time.sleep(1)
         why = ""
         for _ in range(20):
-            op = self.run_op(process, "put", f"{self.cfg['prefix']}end",
+            op = self.run_op(ops, process, "put", f"{self.cfg['prefix']}end",
                              f"chaos-{self.cfg['run']}-{self.cfg['tenant']}-end-etcd")
             why = f"the end marker's put: {op['outcome']} 20 times, last {op.get('error', '')}"
             if op["outcome"] == "ok":
@@ -356,7 +466,8 @@ class Agent:
             print(f"etcd agent: {why}", file=sys.stderr)
             sys.exit(2)
         start = self.start_revision()
-        self.emit({"type": "ready", "start_rev": start, "t": self.now()})
+        self.emit({"type": "ready", "start_rev": start, "t": self.now(),
+                   "client": self.client_kind, "client_why": self.client_why})
         threading.Thread(target=self.commands, daemon=True).start()
         watcher = threading.Thread(target=self.watch, args=(start + 1,), daemon=True)
         watcher.start()

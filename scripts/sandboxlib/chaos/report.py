@@ -40,6 +40,30 @@ def by_tenant(hist: History) -> dict[str, dict[str, dict[str, int]]]:
     return out
 
 
+def windows(hist: History) -> dict[str, dict[str, Any]]:
+    """Per tenant and interface, the acknowledged operations' windows (invoke to answer, ms):
+    median and 95th percentile, and for etcd the client that sent them (the agent's
+    ``ready``: in-process gRPC over kept channels, or one etcdctl process per operation, and
+    why). The narrower the window, the less the checker must leave open."""
+    spans: dict[str, list[float]] = {}
+    for op in hist.ops:
+        if op.acknowledged and op.complete is not None and not op.process.endswith("/final"):
+            spans.setdefault(f"{op.tenant} {op.iface}", []).append(op.complete - op.invoke)
+    clients = hist.meta.get("etcd_clients") or {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, vals in sorted(spans.items()):
+        vals.sort()
+        row: dict[str, Any] = {"median_ms": round(1000 * vals[len(vals) // 2], 1),
+                               "p95_ms": round(1000 * vals[int(0.95 * (len(vals) - 1))], 1),
+                               "operations": len(vals)}
+        tenant, iface = name.rsplit(" ", 1)
+        if iface == "etcd" and tenant in clients:
+            row["client"] = clients[tenant]["client"]
+            row["why"] = clients[tenant].get("why", "")
+        out[name] = row
+    return out
+
+
 def unavailability(hist: History) -> list[dict[str, Any]]:
     """Per fault, per tenant and interface: seconds from the injection (when its command had
     returned: the signal delivered, the network cut; the start for replace-member) to the
@@ -73,6 +97,7 @@ def build(hist: History, rep: Report, selftest: dict[str, Any],
         "operations": op_counts(hist),
         "total_operations": len(hist.ops),
         "by_tenant": by_tenant(hist),
+        "windows": windows(hist),
         "faults": [{"name": f.name, "target": f.target, "start": round(f.start, 2),
                     "injected": None if f.injected is None else round(f.injected, 2),
                     "healed": None if f.healed is None else round(f.healed, 2),
@@ -108,6 +133,14 @@ def text(data: dict[str, Any]) -> str:
         lines.append(f"  {tenant}: " + "; ".join(
             f"{i} {c['operations']} operations, {c['acknowledged writes']} acknowledged writes"
             for i, c in sorted(ifaces.items())))
+    if data.get("windows"):
+        lines.append("operation windows (acknowledged, invoke to answer):")
+    for name, w in (data.get("windows") or {}).items():
+        how = {"grpc": "; in-process gRPC, kept channels",
+               "etcdctl": "; one etcdctl process each"}.get(w.get("client", ""), "")
+        why = f" ({w['why']})" if w.get("why") else ""
+        lines.append(f"  {name:<22} median {w['median_ms']:g} ms, 95th percentile "
+                     f"{w['p95_ms']:g} ms{how}{why}")
     lines.append("faults (seconds since the start; unavailability = from the fault in effect "
                  "to the next acknowledged write):")
     for f, u in zip(data["faults"], data["unavailability_seconds"], strict=True):

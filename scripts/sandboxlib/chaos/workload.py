@@ -144,6 +144,8 @@ class Workload:
                                            prefix=run.tenant.normalized_prefix,
                                            start_rev=int(msg["start_rev"]))
                     self.hist.watches.append(run.etcd_watch)
+                    self.hist.meta.setdefault("etcd_clients", {})[name] = {
+                        "client": msg.get("client", "etcdctl"), "why": msg.get("client_why", "")}
                 run.ready.set()
             elif kind == "event" and w is not None:
                 with self.lock:
