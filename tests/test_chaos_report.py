@@ -143,3 +143,30 @@ def test_schedule_injects_in_order_and_says_what_it_skipped(
     assert done == [("kill-leader", 5.0)]      # the first after duration/6 when that is less
     assert said == ["    skipped (no time left in --duration): kill-all, pause-leader",
                     "    workload goes on for 2s without faults"]
+
+
+def test_clients_that_never_come_back_fail_the_run() -> None:
+    """Seen in a real run (2026-12-06, before the agent's gRPC calls waited for ready): after
+    kill-all no etcd client of either tenant had an answer for the 80 s left, and the run
+    passed with 0 anomalies, having checked nothing of them after the fault."""
+    from sandboxlib.chaos import verdict
+    h = _history()
+    h.faults[1].end = 50.0
+    stop = max(o.invoke for o in h.ops if not o.process.endswith("/final"))
+    assert stop > 50.0 + report.QUIET_GRACE, stop        # the history goes on long enough
+    assert report.silent_clients(h) == []
+    ok = checker.check(h)
+    assert verdict(ok, "", report.silent_clients(h)) == ""
+    for o in h.ops:                                       # every request after it fails
+        if o.invoke >= 50.0 and not o.process.endswith("/final"):
+            o.outcome, o.complete, o.result = "unknown", None, {}
+    silent = report.silent_clients(h)
+    assert silent == [(f"t etcd: no acknowledged write in the {stop - 50.0:.0f} s of workload "
+                       "after the cluster was healthy again at 50.0 s (its clients did not come "
+                       "back; nothing of it was checked from there)")], silent
+    why = verdict(checker.check(h), "", silent)
+    assert why.startswith("chaos: 0 anomalies") and "; silent: t etcd: no acknowledged" in why
+    assert "silent: t etcd" in report.text(report.build(h, checker.check(h), {"ok": True}, ""))
+    # a workload that ends within the grace after the last fault is not held to it
+    h.faults[1].end = stop - report.QUIET_GRACE + 1
+    assert report.silent_clients(h) == []

@@ -16,7 +16,7 @@ import json
 import random
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,22 +154,24 @@ def run(args: argparse.Namespace) -> int:
     print(text)
     print(f"sandbox: chaos report in {sandbox_report.display_path(out)} (report.txt, "
           "report.json, timeline.png, history.json)")
-    why = verdict(rep, health)
+    why = verdict(rep, health, data["silent_clients"])
     if why:
         raise Failure(f"{why} (see {sandbox_report.display_path(out / 'report.txt')})")
     return 0
 
 
-def verdict(rep: checker.Report, health: str) -> str:
+def verdict(rep: checker.Report, health: str, silent: Sequence[str] = ()) -> str:
     """Why the run fails (its exit status), or "" when it passes: any anomaly (a watch that
     never reached its end marker is one, named here with its reason), a lost acknowledged
-    write, an unhealthy cluster at the end."""
-    if not (rep.anomalies or rep.lost_writes or health):
+    write, an unhealthy cluster at the end, clients that never came back after the faults
+    (``report.silent_clients``)."""
+    if not (rep.anomalies or rep.lost_writes or health or silent):
         return ""
     stalled = "".join(f"; {a.where} stalled: {a.message}" for a in rep.anomalies
                       if a.type == "watch-stalled")
+    quiet = "".join(f"; silent: {why}" for why in silent)
     return (f"chaos: {len(rep.anomalies)} anomalies, {rep.lost_writes} lost acknowledged "
-            f"writes, health at the end: {health or 'ok'}{stalled}")
+            f"writes, health at the end: {health or 'ok'}{stalled}{quiet}")
 
 
 def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> None:

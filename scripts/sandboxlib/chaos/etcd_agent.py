@@ -37,6 +37,12 @@ from urllib.parse import urlsplit
 
 OP_TIMEOUT = 12.0          # an etcdctl that has not answered by then is killed (unknown)
 GRPC_TIMEOUT = 5.0         # a gRPC request's deadline (etcdctl's --command-timeout=5s)
+# grpc's reconnect backoff (1 s, x1.6, up to 120 s) capped at 1 s, as the clients' own back-off
+# after a failure (0.5-1 s): tried on loopback, a client waiting for ready got its first answer
+# 11.6 s after etcd came back with grpc's backoff, 1.9 s with this one.
+GRPC_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200),
+                ("grpc.min_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 1000)]
+CALL: dict[str, Any] = {"timeout": GRPC_TIMEOUT, "wait_for_ready": True}
 PROGRESS_EVERY = 1.0       # seconds between the watch's progress requests
 PAIR_EVERY = 0.5           # seconds between two-key transactions (Agent.pairs)
 DEFINITE = ("permission denied", "authentication failed", "user name not found",
@@ -70,9 +76,13 @@ class EtcdctlOps:
 class GrpcOps:
     """The same requests in-process: Debian's python3-etcd3 (etcd's generated v3 stubs; its
     KV calls are used bare, so every response keeps its header revision) on one kept grpc
-    channel per endpoint, the tenant's CA, certificate and key on the TLS connection. After a
-    request that found no member (UNAVAILABLE, DEADLINE_EXCEEDED) the next request goes to
-    the next endpoint, as clientv3's balancer moves on. Responses become the dicts etcdctl
+    channel per endpoint, the tenant's CA, certificate and key on the TLS connection. Every
+    request waits for its channel to be ready, up to its deadline, as clientv3's do
+    (client/v3/options.go: defaultWaitForReady = grpc.WaitForReady(true)); failing fast
+    instead, a channel whose member had been down never connected again (grpc python drives
+    a reconnect only while a call waits on it). After a request that found no member
+    (UNAVAILABLE, DEADLINE_EXCEEDED) the next request goes to the next endpoint, as
+    clientv3's balancer moves on. Responses become the dicts etcdctl
     -w json prints (protobuf's own json_format), so one ``Agent.result`` reads both."""
 
     name = "grpc"
@@ -87,7 +97,7 @@ class GrpcOps:
             tls = {"ca_cert": cfg["cacert"], "cert_key": cfg["key"],
                    "cert_cert": cfg["cert"]} if cfg.get("cacert") else {}
             self.clients.append(etcd3.client(u.hostname, u.port or 2379, timeout=GRPC_TIMEOUT,
-                                             **tls))
+                                             grpc_options=GRPC_OPTIONS, **tls))
         self.at = index % len(self.clients)
 
     def close(self) -> None:
@@ -102,24 +112,24 @@ class GrpcOps:
         k, v = key.encode(), str(value).encode()
         try:
             if kind == "put":
-                resp = c.kvstub.Put(rpc.PutRequest(key=k, value=v), GRPC_TIMEOUT)
+                resp = c.kvstub.Put(rpc.PutRequest(key=k, value=v), **CALL)
             elif kind == "read":
                 resp = c.kvstub.Range(rpc.RangeRequest(key=k, serializable=consistency == "s"),
-                                      GRPC_TIMEOUT)
+                                      **CALL)
             elif kind == "delete":
-                resp = c.kvstub.DeleteRange(rpc.DeleteRangeRequest(key=k), GRPC_TIMEOUT)
+                resp = c.kvstub.DeleteRange(rpc.DeleteRangeRequest(key=k), **CALL)
             elif kind == "pair":
                 resp = c.kvstub.Txn(rpc.TxnRequest(success=[
                     rpc.RequestOp(request_put=rpc.PutRequest(key=k + b"a", value=v)),
                     rpc.RequestOp(request_put=rpc.PutRequest(key=k + b"b", value=v))]),
-                    GRPC_TIMEOUT)
+                    **CALL)
             else:
                 get = rpc.RequestOp(request_range=rpc.RangeRequest(key=k))
                 resp = c.kvstub.Txn(rpc.TxnRequest(
                     compare=[rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.MOD,
                                          key=k, mod_revision=int(expected or 0))],
                     success=[rpc.RequestOp(request_put=rpc.PutRequest(key=k, value=v)), get],
-                    failure=[get]), GRPC_TIMEOUT)
+                    failure=[get]), **CALL)
         except grpc.RpcError as exc:
             code = exc.code()
             if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):

@@ -84,6 +84,34 @@ def unavailability(hist: History) -> list[dict[str, Any]]:
     return rows
 
 
+QUIET_GRACE = 15.0      # seconds of workload after the last fault's health before silence fails
+
+
+def silent_clients(hist: History, grace: float = QUIET_GRACE) -> list[str]:
+    """The tenants' interfaces that acknowledged no write after the cluster was last healthy
+    again, though the workload ran on for more than ``grace`` seconds: their clients never came
+    back, so the run checked nothing of them from there (0 anomalies would say nothing). Each
+    entry says which, since when and for how long."""
+    work = [op for op in hist.ops if not op.process.endswith("/final")]
+    if not work:
+        return []
+    healthy = [f.end for f in hist.faults if f.end is not None]
+    since = max(healthy, default=0.0)
+    stop = max(op.invoke for op in work)
+    if stop - since <= grace:
+        return []
+    out = []
+    for t in sorted({op.tenant for op in work}):
+        for iface in ("etcd", "api"):
+            mine = [op for op in work if op.tenant == t and op.iface == iface]
+            if mine and not any(op.acknowledged and op.kind != "read" and op.invoke >= since
+                                for op in mine):
+                out.append(f"{t} {iface}: no acknowledged write in the {stop - since:.0f} s of "
+                           f"workload after the cluster was healthy again at {since:.1f} s "
+                           "(its clients did not come back; nothing of it was checked from there)")
+    return out
+
+
 def build(hist: History, rep: Report, selftest: dict[str, Any],
           health: str) -> dict[str, Any]:
     watches = [{"name": w.name, "start_rev": w.start_rev, "end_rev": w.end_rev,
@@ -104,6 +132,7 @@ def build(hist: History, rep: Report, selftest: dict[str, Any],
                     "healthy": None if f.end is None else round(f.end, 2), "note": f.note}
                    for f in hist.faults],
         "unavailability_seconds": unavailability(hist),
+        "silent_clients": silent_clients(hist),
         "anomalies": [a.__dict__ for a in rep.anomalies],
         "anomaly_count": len(rep.anomalies),
         "lost_acknowledged_writes": rep.lost_writes,
@@ -162,6 +191,8 @@ def text(data: dict[str, Any]) -> str:
                  f"told none: {c.get('pinned_deletes', 0)} pinned to their DELETE event, "
                  f"{c.get('unpinned_deletes', 0)} left to their window")
     lines.append(f"health at the end: {data['health_at_end']}")
+    for why in data.get("silent_clients") or []:
+        lines.append(f"silent: {why}")
     lines.append(f"anomalies: {data['anomaly_count']}; lost acknowledged writes: "
                  f"{data['lost_acknowledged_writes']}")
     for a in data["anomalies"][:10]:
