@@ -52,8 +52,6 @@ DEFINITE = ("permission denied", "authentication failed", "user name not found",
 class EtcdctlOps:
     """One etcdctl process per operation (its JSON output is what ``Agent.result`` reads)."""
 
-    name = "etcdctl"
-
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
 
@@ -85,8 +83,6 @@ class GrpcOps:
     clientv3's balancer moves on. Responses become the dicts etcdctl
     -w json prints (protobuf's own json_format), so one ``Agent.result`` reads both."""
 
-    name = "grpc"
-
     def __init__(self, cfg: dict[str, Any], index: int) -> None:
         import etcd3  # type: ignore[import-not-found]
         from etcd3 import etcdrpc  # type: ignore[import-not-found]
@@ -99,10 +95,6 @@ class GrpcOps:
             self.clients.append(etcd3.client(u.hostname, u.port or 2379, timeout=GRPC_TIMEOUT,
                                              grpc_options=GRPC_OPTIONS, **tls))
         self.at = index % len(self.clients)
-
-    def close(self) -> None:
-        for c in self.clients:
-            c.close()
 
     def request(self, kind: str, key: str, value: str | None, expected: int | None,
                 consistency: str) -> tuple[int, dict[str, Any], str]:
