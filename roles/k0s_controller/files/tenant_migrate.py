@@ -1,0 +1,501 @@
+#!/usr/bin/env python3
+"""tenant_migrate.py: one tenant's prefix moved from one etcd cluster to another while the
+tenant's API servers keep serving, its writes frozen only for the last changes (issue 40's
+engine; the command and the topology of several clusters around it are still to come).
+
+Run on a node that holds the tenant's client certificate of both clusters, with the nodes'
+python3 and Debian's python3-etcd3 (etcd's generated v3 stubs over grpc; the chaos agent uses
+the same). Two steps, each a run of this script, each resumable:
+
+  sync   copy the prefix at one revision R of the source (paged reads, all at R) into the
+         empty prefix of the target, then apply every later change of the source's prefix
+         (its watch from the revision applied last) in revision order, until a fence written
+         to the source under the prefix comes back through the watch: everything before the
+         fence is on the target. Run while the tenant serves, as often as wanted: each run
+         starts where the last one stopped (the target's in-progress marker says where).
+  final  the same catch-up once the caller has stopped the tenant's API servers (the freeze),
+         then the marker removed: the target's prefix is the tenant's.
+
+Order and atomicity: etcd's watch never splits the events of one revision over two
+responses (etcd API guarantees, Watch APIs, "Atomic": "a list of events is guaranteed to
+encompass complete revisions"; server/mvcc/watcher_group.go eventBatch.add cuts batches only
+between revisions). Each target transaction holds whole source revisions, in order, merged per
+key (etcd refuses a key twice in one transaction), and puts the marker with the last source
+revision it holds, guarded by the marker's own mod revision: two runs at once, or a writer of
+the marker, make the transaction fail instead of interleaving.
+
+Revisions: a client of the tenant has seen resourceVersions up to the source's revision. The
+target's revision is raised (puts of the marker, many in flight) above the source revision
+of every change before that change is written there, and above the fence's revision before
+the marker goes. So every object's resourceVersion on the target is higher than any the
+client saw for it and every list's is higher than any it saw at all: a watch resumed from an
+old version gets 410 from the API server's watch cache and relists, as after a restore. The
+raise costs one put per revision: refused over ``max_bump`` with the figure.
+
+Keys of the protocol, under the prefix (kube-apiserver reads only <prefix><resource>/... and
+never sees them): ``<prefix>k0sbox-migrate-in-progress`` on the target (JSON: source, copy
+revision, the source revision applied last, phase), ``<prefix>k0sbox-migrate-fence`` on the
+source (a counter), neither copied. Leased keys get one lease of ``lease_ttl`` seconds on the
+target per run (what the tenant's API servers renew once they run there).
+
+Input: one JSON object on standard input (source, target: {endpoints, cacert, cert, key};
+prefix; step; force: replace keys already under the target's prefix; restart: copy afresh
+over this migration's own copy, after the source compacted the changes it had not read yet;
+max_bump; lease_ttl; timeout). Output: one JSON object (figures) on
+standard output; exit 1 with {"error": one line saying what to do} on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+MARKER = b"k0sbox-migrate-in-progress"
+FENCE = b"k0sbox-migrate-fence"
+RESTORE_MARKER = b"k0sbox-restore-in-progress"
+MAX_TXN_OPS = 128          # etcd's --max-txn-ops default
+MAX_TXN_BYTES = 1 << 20    # below etcd's --max-request-bytes default (1.5 MiB)
+PAGE = 1000
+IN_FLIGHT = 64             # the revision raise: puts in flight on the target's channel
+
+
+class MigrateError(Exception):
+    """What went wrong, in one line that says what to do."""
+
+
+# -- plain functions ---------------------------------------------------------------------------
+
+
+def range_end(prefix: bytes) -> bytes:
+    """The end of the range of keys starting with ``prefix`` (etcd's GetPrefixRangeEnd; the
+    same as sandbox_etcd_prefix's, which this file, run alone on a node, cannot import: a test
+    holds the two equal)."""
+    end = bytearray(prefix)
+    for i in range(len(end) - 1, -1, -1):
+        if end[i] < 0xFF:
+            end[i] += 1
+            return bytes(end[: i + 1])
+    return b"\x00"
+
+
+def own_keys(prefix: bytes) -> set[bytes]:
+    """The protocol's keys under the prefix: never copied, never applied."""
+    return {prefix + MARKER, prefix + FENCE}
+
+
+def merge(revisions: list[tuple[int, list[tuple[str, bytes, bytes, int]]]]) -> dict[bytes, tuple[str, bytes, int]]:
+    """Whole source revisions (revision, [(kind, key, value, lease)]) in order, as one set of
+    operations: the last operation per key wins (the transaction holding them is atomic, so
+    no reader sees the ones it replaced)."""
+    out: dict[bytes, tuple[str, bytes, int]] = {}
+    for _rev, events in revisions:
+        for kind, key, value, lease in events:
+            out.pop(key, None)          # keep the order of the last write
+            out[key] = (kind, value, lease)
+    return out
+
+
+def chunks(revisions: list[tuple[int, list[tuple[str, bytes, bytes, int]]]],
+           max_ops: int, max_bytes: int) -> Iterator[list[tuple[int, list[tuple[str, bytes, bytes, int]]]]]:
+    """The revisions in groups of whole revisions, each group's merged operations within
+    ``max_ops`` and ``max_bytes`` (a single revision larger than that is one group: etcd took
+    it in one transaction, so the target can too)."""
+    group: list[tuple[int, list[tuple[str, bytes, bytes, int]]]] = []
+    keys: set[bytes] = set()
+    size = 0
+    for rev, events in revisions:
+        new = {e[1] for e in events} - keys
+        grow = sum(len(e[1]) + len(e[2]) for e in events)
+        if group and (len(keys) + len(new) > max_ops or size + grow > max_bytes):
+            yield group
+            group, keys, size = [], set(), 0
+            new = {e[1] for e in events}
+        group.append((rev, events))
+        keys |= new
+        size += grow
+    if group:
+        yield group
+
+
+# -- etcd over grpc ------------------------------------------------------------------------------
+
+
+class Side:
+    """One cluster: a kept grpc channel to its first endpoint that answers, the tenant's TLS
+    identity (under etcd RBAC etcd takes the user from the certificate's CN)."""
+
+    def __init__(self, name: str, conn: dict[str, Any], timeout: float) -> None:
+        import grpc  # type: ignore[import-untyped]
+        from etcd3 import etcdrpc  # type: ignore[import-not-found]
+        from etcd3.etcdrpc import rpc_pb2_grpc  # type: ignore[import-not-found]
+        self.name, self.rpc, self.timeout = name, etcdrpc, timeout
+        why = []
+        for url in conn["endpoints"]:
+            u = urlsplit(url)
+            target = f"{u.hostname}:{u.port or 2379}"
+            if conn.get("cacert"):
+                creds = grpc.ssl_channel_credentials(
+                    *(Path(conn[f]).read_bytes() if conn.get(f) else None for f in ("cacert", "key", "cert")))
+                channel = grpc.secure_channel(target, creds)
+            else:
+                channel = grpc.insecure_channel(target)
+            self.kv = rpc_pb2_grpc.KVStub(channel)
+            self.watch_stub = rpc_pb2_grpc.WatchStub(channel)
+            self.lease_stub = rpc_pb2_grpc.LeaseStub(channel)
+            try:
+                self.cluster_id = self.range(b"\x00", b"\x00", count_only=True).header.cluster_id
+                self.channel = channel
+                return
+            except grpc.RpcError as exc:
+                why.append(f"{url}: {exc.code().name} {exc.details()}")
+                channel.close()
+        raise MigrateError(f"{name}: no endpoint answered ({'; '.join(why)})")
+
+    def range(self, key: bytes, end: bytes, revision: int = 0, limit: int = 0,
+              count_only: bool = False) -> Any:
+        return self.kv.Range(self.rpc.RangeRequest(key=key, range_end=end, revision=revision,
+                                                   limit=limit, count_only=count_only),
+                             timeout=self.timeout)
+
+    def revision(self) -> int:
+        return int(self.range(b"\x00", b"\x00", count_only=True).header.revision)
+
+    def get(self, key: bytes) -> Any:
+        kvs = self.range(key, b"").kvs
+        return kvs[0] if kvs else None
+
+    def read(self, prefix: bytes, revision: int = 0) -> tuple[int, list[Any]]:
+        """Every key under the prefix at one revision (the first page's, or ``revision``)."""
+        end, start, out = range_end(prefix), prefix, []
+        while True:
+            resp = self.range(start, end, revision=revision, limit=PAGE)
+            revision = revision or int(resp.header.revision)
+            out += list(resp.kvs)
+            if not resp.more:
+                return revision, out
+            start = resp.kvs[-1].key + b"\x00"
+
+    def txn(self, compare: list[Any], success: list[Any]) -> Any:
+        return self.kv.Txn(self.rpc.TxnRequest(compare=compare, success=success),
+                           timeout=self.timeout)
+
+    def put_op(self, key: bytes, value: bytes, lease: int = 0) -> Any:
+        return self.rpc.RequestOp(request_put=self.rpc.PutRequest(key=key, value=value, lease=lease))
+
+    def del_op(self, key: bytes) -> Any:
+        return self.rpc.RequestOp(request_delete_range=self.rpc.DeleteRangeRequest(key=key))
+
+    def mod_is(self, key: bytes, mod: int) -> Any:
+        return self.rpc.Compare(result=self.rpc.Compare.EQUAL, target=self.rpc.Compare.MOD,
+                                key=key, mod_revision=mod)
+
+    def grant(self, ttl: int) -> int:
+        return int(self.lease_stub.LeaseGrant(self.rpc.LeaseGrantRequest(TTL=ttl),
+                                              timeout=self.timeout).ID)
+
+    def watch(self, prefix: bytes, start: int) -> Any:
+        """The prefix's events from revision ``start``: an iterator of watch responses (the
+        call, which cancel() ends). The request stream stays open until then: a client that
+        closes its side is a client that has gone."""
+        import threading
+        req = self.rpc.WatchRequest(create_request=self.rpc.WatchCreateRequest(
+            key=prefix, range_end=range_end(prefix), start_revision=start))
+        stop = threading.Event()
+
+        def requests() -> Iterator[Any]:
+            yield req
+            stop.wait()
+
+        call = self.watch_stub.Watch(requests())
+        call.add_callback(stop.set)
+        return call
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+# -- the migration ---------------------------------------------------------------------------------
+
+
+class Migration:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.prefix = cfg["prefix"].encode()
+        if not cfg["prefix"].startswith("/") or not cfg["prefix"].endswith("/"):
+            raise MigrateError(f"prefix: '{cfg['prefix']}' is not a prefix as kube-apiserver uses "
+                               "it (/<prefix>/); give the tenant's key_prefix")
+        timeout = float(cfg.get("timeout", 30))
+        self.src = Side("source", cfg["source"], timeout)
+        self.dst = Side("target", cfg["target"], timeout)
+        if self.src.cluster_id == self.dst.cluster_id:
+            raise MigrateError(f"source and target are the same etcd cluster ({self.src.cluster_id:x}); "
+                               "a tenant moves between two clusters")
+        self.marker_key = self.prefix + MARKER
+        self.fence_key = self.prefix + FENCE
+        self.skip = own_keys(self.prefix)
+        self.max_bump = int(cfg.get("max_bump", 10_000_000))
+        self.lease_ttl = int(cfg.get("lease_ttl", 3600))
+        self.lease = 0
+        self.marker_mod = 0        # the marker's mod revision on the target, as last written
+        self.target_rev = 0        # the target's revision, as last seen
+        self.figures: dict[str, Any] = {"copied": 0, "applied_revisions": 0, "applied_ops": 0,
+                                        "transactions": 0, "bumped": 0}
+
+    # the marker ------------------------------------------------------------------------------
+
+    def note(self, **what: Any) -> bytes:
+        return json.dumps({"source_cluster_id": f"{self.src.cluster_id:x}",
+                           "prefix": self.cfg["prefix"], **what}, sort_keys=True).encode()
+
+    def marker(self) -> dict[str, Any]:
+        kv = self.dst.get(self.marker_key)
+        if kv is None:
+            return {}
+        self.marker_mod = int(kv.mod_revision)
+        try:
+            found = json.loads(kv.value)
+        except ValueError:
+            found = {}
+        if not isinstance(found, dict) or found.get("source_cluster_id") != f"{self.src.cluster_id:x}":
+            raise MigrateError(f"target: {self.marker_key.decode()} is there but not of a migration "
+                               f"from this source ({kv.value[:120]!r}); remove it or migrate from the "
+                               "cluster it names")
+        return found
+
+    def commit(self, ops: list[Any], **what: Any) -> None:
+        """One target transaction: ``ops`` and the marker (``what``), guarded by the marker's
+        mod revision as this run last wrote or read it (0: no marker yet)."""
+        resp = self.dst.txn([self.dst.mod_is(self.marker_key, self.marker_mod)],
+                            [*ops, self.dst.put_op(self.marker_key, self.note(**what))])
+        if not resp.succeeded:
+            raise MigrateError(f"target: {self.marker_key.decode()} changed under this run (another "
+                               "migration of the tenant at once?); run it again when that one ended")
+        self.marker_mod = self.target_rev = int(resp.header.revision)
+        self.figures["transactions"] += 1
+
+    # the revision raise ----------------------------------------------------------------------
+
+    def raise_above(self, revision: int, note: dict[str, Any]) -> None:
+        """The target's revision above ``revision``: puts of the marker (its value unchanged),
+        IN_FLIGHT at a time; then the marker's mod revision read back for the next guard."""
+        self.target_rev = max(self.target_rev, self.dst.revision())
+        need = revision - self.target_rev + 1
+        if need <= 0:
+            return
+        if need > self.max_bump:
+            raise MigrateError(
+                f"the target's revision ({self.target_rev}) is {need} below the source's "
+                f"({revision}); raising it costs one write per revision, more than max_bump "
+                f"({self.max_bump}). Give a larger max_bump, or a target made from the source's "
+                "snapshot with etcdutl --bump-revision")
+        value = self.note(**note)
+        put = self.rpc_put(value)
+        pending: list[Any] = []
+        for _put in range(need):
+            pending.append(self.dst.kv.Put.future(put, timeout=self.dst.timeout))
+            if len(pending) >= IN_FLIGHT:
+                pending.pop(0).result()
+        for f in pending:
+            f.result()
+        self.figures["bumped"] += need
+        kv = self.dst.get(self.marker_key)
+        self.marker_mod = int(kv.mod_revision) if kv is not None else 0
+        self.target_rev = self.dst.revision()
+
+    def rpc_put(self, value: bytes) -> Any:
+        return self.dst.rpc.PutRequest(key=self.marker_key, value=value)
+
+    # copy ------------------------------------------------------------------------------------
+
+    def copy(self) -> int:
+        """The source's prefix at one revision into the target's: returns that revision."""
+        rev, kvs = self.src.read(self.prefix)
+        if any(kv.key == self.prefix + RESTORE_MARKER for kv in kvs):
+            raise MigrateError(f"source: a restore into {self.cfg['prefix']} was interrupted (its "
+                               "marker is there): finish it (restore --tenant) before moving the tenant")
+        kvs = [kv for kv in kvs if kv.key not in self.skip]
+        there = self.dst.read(self.prefix)[1]
+        there = [kv for kv in there if kv.key != self.marker_key]
+        if there and not self.marker_mod and not self.cfg.get("force"):
+            raise MigrateError(f"target: {len(there)} key(s) under {self.cfg['prefix']} already "
+                               f"(first {there[0].key[:80]!r}); the tenant's prefix must be empty "
+                               "there, or force to replace them")
+        note = {"phase": "copy", "copy_revision": rev, "applied": 0,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if there or self.marker_mod:
+            # what force replaces, or a copy cut short: gone first, marker and all (etcd takes
+            # no put inside a range deleted in the same transaction)
+            resp = self.dst.txn([self.dst.mod_is(self.marker_key, self.marker_mod)],
+                                [self.dst.rpc.RequestOp(request_delete_range=self.dst.rpc.DeleteRangeRequest(
+                                    key=self.prefix, range_end=range_end(self.prefix)))])
+            if not resp.succeeded:
+                raise MigrateError(f"target: {self.marker_key.decode()} changed under this run")
+            self.marker_mod = 0
+            self.figures["replaced"] = len(there)
+        # every copied key gets a target revision above the source's at the copy
+        self.raise_above(rev, note)
+        batch: list[Any] = []
+        size = 0
+        for kv in kvs:
+            if len(batch) >= MAX_TXN_OPS - 1 or size + len(kv.key) + len(kv.value) > MAX_TXN_BYTES:
+                self.commit(batch, **note)
+                batch, size = [], 0
+            batch.append(self.dst.put_op(kv.key, kv.value, self.target_lease() if kv.lease else 0))
+            size += len(kv.key) + len(kv.value)
+        self.commit(batch, **{**note, "phase": "follow", "applied": rev})
+        self.figures["copied"] = len(kvs)
+        self.figures["copy_revision"] = rev
+        return rev
+
+    def target_lease(self) -> int:
+        if not self.lease:
+            self.lease = self.dst.grant(self.lease_ttl)
+        return self.lease
+
+    # catch-up --------------------------------------------------------------------------------
+
+    def fence(self) -> int:
+        """A write to the source under the prefix: its revision is at or above every change
+        of the prefix made before it; when its event comes back, all of those have come."""
+        kv = self.src.get(self.fence_key)
+        n = int(kv.value) + 1 if kv is not None and kv.value.isdigit() else 1
+        resp = self.src.kv.Put(self.src.rpc.PutRequest(key=self.fence_key, value=str(n).encode()),
+                               timeout=self.src.timeout)
+        return int(resp.header.revision)
+
+    def catch_up(self, applied: int, note: dict[str, Any]) -> int:
+        """Every change of the source's prefix after ``applied`` up to a fence, applied in
+        revision order, whole revisions per transaction; returns the fence's revision."""
+        fence = self.fence()
+        call = self.src.watch(self.prefix, applied + 1)
+        pending: list[tuple[int, list[tuple[str, bytes, bytes, int]]]] = []
+        try:
+            for resp in call:
+                if resp.compact_revision:
+                    raise MigrateError(
+                        f"source: the changes after revision {applied} were compacted away "
+                        f"(compacted to {resp.compact_revision}) before this run read them; "
+                        "run it again with restart to copy the prefix afresh")
+                if resp.canceled:
+                    raise MigrateError(f"source: the watch was canceled: {resp.cancel_reason}")
+                done = False
+                for rev, events in self.revisions(resp.events):
+                    if rev >= fence:
+                        done = True
+                    events = [e for e in events if e[1] not in self.skip]
+                    if events:
+                        pending.append((rev, events))
+                    applied = rev
+                if done or len(pending) >= MAX_TXN_OPS:
+                    self.apply(pending, applied, note)
+                    pending = []
+                if done:
+                    return fence
+        finally:
+            call.cancel()
+        raise MigrateError("source: the watch ended before the fence came back; run it again")
+
+    @staticmethod
+    def revisions(events: Any) -> Iterator[tuple[int, list[tuple[str, bytes, bytes, int]]]]:
+        """A watch response's events as (revision, [(kind, key, value, lease)]) in order."""
+        rev, group = 0, []   # type: tuple[int, list[tuple[str, bytes, bytes, int]]]
+        for e in events:
+            r = int(e.kv.mod_revision)
+            if group and r != rev:
+                yield rev, group
+                group = []
+            rev = r
+            group.append(("del" if e.type == 1 else "put", e.kv.key, e.kv.value, int(e.kv.lease)))
+        if group:
+            yield rev, group
+
+    def apply(self, pending: list[tuple[int, list[tuple[str, bytes, bytes, int]]]], applied: int,
+              note: dict[str, Any]) -> None:
+        """The pending revisions on the target, each transaction whole revisions, the
+        target's revision first raised above the newest of them; the marker says ``applied``
+        after the last one (the revisions without a change of the prefix count too)."""
+        groups = list(chunks(pending, MAX_TXN_OPS - 1, MAX_TXN_BYTES))
+        for i, group in enumerate(groups):
+            last = i == len(groups) - 1
+            self.raise_above(group[-1][0], {**note, "applied": self.applied_of(note)})
+            ops = []
+            for key, (kind, value, lease) in merge(group).items():
+                ops.append(self.dst.del_op(key) if kind == "del"
+                           else self.dst.put_op(key, value, self.target_lease() if lease else 0))
+            self.commit(ops, **{**note, "applied": applied if last else group[-1][0]})
+            note = {**note, "applied": applied if last else group[-1][0]}
+            self.figures["applied_revisions"] += len(group)
+            self.figures["applied_ops"] += len(ops)
+        if not groups:
+            self.commit([], **{**note, "applied": applied})
+
+    @staticmethod
+    def applied_of(note: dict[str, Any]) -> int:
+        return int(note.get("applied", 0))
+
+    # the steps -------------------------------------------------------------------------------
+
+    def run(self, step: str) -> dict[str, Any]:
+        t0 = time.monotonic()
+        found = self.marker()
+        if found.get("phase") == "follow" and not self.cfg.get("restart"):
+            applied = int(found["applied"])
+            note = {k: v for k, v in found.items() if k not in ("source_cluster_id", "prefix")}
+            self.figures["resumed_from"] = applied
+        else:   # none yet, a copy cut short or restart: the copy (again) from the start,
+            # over this migration's own keys (the marker says they are)
+            applied = self.copy()
+            note = {k: v for k, v in self.marker().items() if k not in ("source_cluster_id", "prefix")}
+        fence = self.catch_up(applied, note)
+        note = {k: v for k, v in self.marker().items() if k not in ("source_cluster_id", "prefix")}
+        if step == "final":
+            # no client of the tenant has seen a revision above the fence's (its API servers
+            # are stopped): the target above it, then the marker gone, in one more write
+            self.raise_above(fence, note)
+            resp = self.dst.txn([self.dst.mod_is(self.marker_key, self.marker_mod)],
+                                [self.dst.del_op(self.marker_key)])
+            if not resp.succeeded:
+                raise MigrateError(f"target: {self.marker_key.decode()} changed under this run")
+            self.target_rev = int(resp.header.revision)
+        return {**self.figures, "step": step, "fence_revision": fence,
+                "target_revision": self.target_rev, "applied": int(note.get("applied", 0)),
+                "seconds": round(time.monotonic() - t0, 3),
+                "source_cluster_id": f"{self.src.cluster_id:x}",
+                "target_cluster_id": f"{self.dst.cluster_id:x}"}
+
+
+def main() -> int:
+    try:
+        cfg = json.load(sys.stdin)
+        step = cfg.get("step", "sync")
+        if step not in ("sync", "final"):
+            raise MigrateError(f"step: '{step}' is not one of sync, final")
+        m = Migration(cfg)
+        try:
+            out = m.run(step)
+        finally:
+            m.src.close()
+            m.dst.close()
+    except MigrateError as exc:
+        print(json.dumps({"error": str(exc)}))
+        return 1
+    except ImportError as exc:
+        print(json.dumps({"error": f"{exc}: this needs python3-etcd3 (apt-get install python3-etcd3)"}))
+        return 1
+    except Exception as exc:   # grpc's errors: the call and what etcd said, one line
+        code = getattr(exc, "code", None)
+        if code is None or not callable(code):
+            raise
+        print(json.dumps({"error": f"etcd: {code().name}: {exc.details()}"}))  # type: ignore[attr-defined]
+        return 1
+    print(json.dumps(out, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
