@@ -328,3 +328,54 @@ def test_a_marker_changed_under_a_run_fails_its_next_transaction(clusters: tuple
     dst.etcdctl("put", prefix + "k0sbox-migrate-in-progress", json.dumps({**marker, "source_cluster_id": "1"}))
     out = migrate(src, dst, python, prefix, "final")
     assert out["rc"] == 1 and "not of a migration from this source" in out["error"], out
+
+
+def test_under_tls_and_rbac_with_the_tenants_own_certificates(tmp_path: Path) -> None:
+    """As on the sandbox: each cluster mTLS with etcd RBAC and a CA of its own, the engine
+    with tenant-a's client certificate of each (etcd takes the user from the CN; its role:
+    readwrite on /tenant-a/ only). The move works with no more than that; the same
+    certificates given another tenant's prefix are denied by etcd before any key moves."""
+    from test_hostile_tenant import Member, _binaries, _pki
+
+    python = _python()
+    members = []
+    try:
+        for name in ("source", "target"):
+            (tmp_path / name).mkdir()
+            _pki(tmp_path / name)
+            members.append(Member(tmp_path / name, _binaries(tmp_path / name, None)))
+        src, dst = members
+        dst.admin("del", "--prefix", "/tenant-a/")     # a fresh cluster for tenant-a
+        b_before = src.admin("get", "--prefix", "/tenant-b/", "-w", "json")
+
+        def side(m: Member, who: str) -> dict[str, Any]:
+            return {"endpoints": [m.client], "cacert": f"{m.tmp}/ca.crt",
+                    "cert": f"{m.tmp}/{who}.crt", "key": f"{m.tmp}/{who}.key"}
+
+        def run(prefix: str, step: str) -> dict[str, Any]:
+            cfg = {"source": side(src, "tenant-a"), "target": side(dst, "tenant-a"),
+                   "prefix": prefix, "step": step}
+            res = subprocess.run([python, str(ENGINE)], input=json.dumps(cfg), capture_output=True,
+                                 text=True, timeout=120, check=False)
+            assert res.stdout, res.stderr[-2000:]
+            return {**json.loads(res.stdout), "rc": res.returncode}
+
+        denied = run("/tenant-b/", "sync")
+        assert denied["rc"] == 1 and denied["error"].startswith(
+            f"source: etcd at {src.client} denied a read of /tenant-b/ (PERMISSION_DENIED"), denied
+        assert "/tenant-b/k0sbox-migrate" not in dst.admin("get", "--prefix", "/tenant-b/", "--keys-only")
+        src.admin("put", "/tenant-a/late", "after the copy")
+        for step in ("sync", "final"):
+            out = run("/tenant-a/", step)
+            assert out["rc"] == 0, out
+        got = dst.admin("get", "--prefix", "/tenant-a/", "-w", "json")
+        import base64
+        moved = {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"]).decode()
+                 for kv in json.loads(got)["kvs"]}
+        assert moved == {**{f"/tenant-a/object-{i}": f"tenant-a's value {i}" for i in range(3)},
+                         "/tenant-a/late": "after the copy"}, moved
+        assert src.admin("get", "--prefix", "/tenant-b/", "-w", "json").split('"kvs"')[1] \
+            == b_before.split('"kvs"')[1]
+    finally:
+        for m in members:
+            m.stop()

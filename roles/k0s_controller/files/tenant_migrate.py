@@ -129,11 +129,11 @@ class Side:
     """One cluster: a kept grpc channel to its first endpoint that answers, the tenant's TLS
     identity (under etcd RBAC etcd takes the user from the certificate's CN)."""
 
-    def __init__(self, name: str, conn: dict[str, Any], timeout: float) -> None:
+    def __init__(self, name: str, conn: dict[str, Any], prefix: bytes, timeout: float) -> None:
         import grpc  # type: ignore[import-untyped]
         from etcd3 import etcdrpc  # type: ignore[import-not-found]
         from etcd3.etcdrpc import rpc_pb2_grpc  # type: ignore[import-not-found]
-        self.name, self.rpc, self.timeout = name, etcdrpc, timeout
+        self.name, self.rpc, self.timeout, self.prefix = name, etcdrpc, timeout, prefix
         why = []
         for url in conn["endpoints"]:
             u = urlsplit(url)
@@ -148,10 +148,16 @@ class Side:
             self.watch_stub = rpc_pb2_grpc.WatchStub(channel)
             self.lease_stub = rpc_pb2_grpc.LeaseStub(channel)
             try:
-                self.cluster_id = self.range(b"\x00", b"\x00", count_only=True).header.cluster_id
+                self.cluster_id = self.range(prefix, range_end(prefix), count_only=True).header.cluster_id
                 self.channel = channel
                 return
             except grpc.RpcError as exc:
+                if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+                    channel.close()
+                    raise MigrateError(
+                        f"{name}: etcd at {url} denied a read of {prefix.decode(errors='replace')} "
+                        f"({exc.code().name}: {exc.details()}): give the client certificate of the "
+                        "tenant that owns the prefix (etcd RBAC: its CN is the user)") from None
                 why.append(f"{url}: {exc.code().name} {exc.details()}")
                 channel.close()
         raise MigrateError(f"{name}: no endpoint answered ({'; '.join(why)})")
@@ -163,7 +169,9 @@ class Side:
                              timeout=self.timeout)
 
     def revision(self) -> int:
-        return int(self.range(b"\x00", b"\x00", count_only=True).header.revision)
+        """The cluster's revision, read where the tenant may read (under etcd RBAC a read of
+        the whole keyspace is denied to it)."""
+        return int(self.range(self.prefix, range_end(self.prefix), count_only=True).header.revision)
 
     def get(self, key: bytes) -> Any:
         kvs = self.range(key, b"").kvs
@@ -230,8 +238,8 @@ class Migration:
             raise MigrateError(f"prefix: '{cfg['prefix']}' is not a prefix as kube-apiserver uses "
                                "it (/<prefix>/); give the tenant's key_prefix")
         timeout = float(cfg.get("timeout", 30))
-        self.src = Side("source", cfg["source"], timeout)
-        self.dst = Side("target", cfg["target"], timeout)
+        self.src = Side("source", cfg["source"], self.prefix, timeout)
+        self.dst = Side("target", cfg["target"], self.prefix, timeout)
         if self.src.cluster_id == self.dst.cluster_id:
             raise MigrateError(f"source and target are the same etcd cluster ({self.src.cluster_id:x}); "
                                "a tenant moves between two clusters")
