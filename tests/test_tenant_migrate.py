@@ -14,6 +14,7 @@ Skipped, saying why, where the etcd packages or python3-etcd3 cannot be had."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
@@ -141,10 +142,9 @@ class Etcd(Cluster):
         return int(out["header"]["revision"])
 
 
-@pytest.fixture(scope="module")
-def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Etcd, Etcd, str]]:
-    python = _python()
-    tmp = tmp_path_factory.mktemp("migrate")
+@contextlib.contextmanager
+def two_clusters(tmp: Path) -> Iterator[tuple[Etcd, Etcd]]:
+    """A source and a target cluster, one member each on loopback, healthy; killed after."""
     bindir = _etcd_binaries(tmp)
     made = []
     try:
@@ -153,12 +153,19 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Etcd, E
             made.append(Etcd(tmp / name, bindir, [f"{name}-1"]))
         for c in made:
             c.op(op="healthy", cluster=True, timeout=60)
-        yield made[0], made[1], python
+        yield made[0], made[1]
     finally:
         for c in made:
             for p in c.procs.values():
                 p.kill()
                 p.wait()
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Etcd, Etcd, str]]:
+    python = _python()
+    with two_clusters(tmp_path_factory.mktemp("migrate")) as (src, dst):
+        yield src, dst, python
 
 
 def migrate(src: Etcd, dst: Etcd, python: str, prefix: str, step: str, **extra: Any) -> dict[str, Any]:
