@@ -214,6 +214,8 @@ def test_a_tenant_moves_under_writes_and_nothing_else_moves(clusters: tuple[Etcd
     dst.load(python, "/tenant-c/", 200)
     src.etcdctl("put", "/tenant-a/leased", "L",
                 "--lease=" + src.etcdctl("lease", "grant", "600").split()[1])
+    src.etcdctl("put", "/tenant-a/masterleases/10.0.0.1", "ep",   # an endpoint lease: seconds
+                "--lease=" + src.etcdctl("lease", "grant", "40").split()[1])
     neighbour, resident = src.kvs("/tenant-b/"), dst.kvs("/tenant-c/")
     assert src.revision() > dst.revision() + 3000
 
@@ -249,9 +251,13 @@ def test_a_tenant_moves_under_writes_and_nothing_else_moves(clusters: tuple[Etcd
     assert [k for k, (_, rev) in moved.items() if rev <= left[k][1]] == []
     assert final["target_revision"] > final["fence_revision"] >= seen_by_clients
     assert dst.revision() > seen_by_clients
-    # the leased key kept a lease on the target
-    lease = json.loads(dst.etcdctl("get", "/tenant-a/leased", "-w", "json"))
-    assert int(lease["kvs"][0]["lease"]) != 0
+    # each leased key on a lease of its own with the time its source lease had left
+    left = {}
+    for key in ("/tenant-a/leased", "/tenant-a/masterleases/10.0.0.1"):
+        lease = int(json.loads(dst.etcdctl("get", key, "-w", "json"))["kvs"][0]["lease"])
+        assert lease != 0, key
+        left[key] = int(json.loads(dst.etcdctl("lease", "timetolive", f"{lease:x}", "-w", "json"))["ttl"])
+    assert 500 < left["/tenant-a/leased"] <= 600 and 0 < left["/tenant-a/masterleases/10.0.0.1"] <= 40, left
     # the others: not a key or a revision moved
     assert src.kvs("/tenant-b/") == neighbour and dst.kvs("/tenant-c/") == resident
 
@@ -372,6 +378,13 @@ def test_under_tls_and_rbac_with_the_tenants_own_certificates(tmp_path: Path) ->
             f"source: etcd at {src.client} denied a read of /tenant-b/ (PERMISSION_DENIED"), denied
         assert "/tenant-b/k0sbox-migrate" not in dst.admin("get", "--prefix", "/tenant-b/", "--keys-only")
         src.admin("put", "/tenant-a/late", "after the copy")
+        # a lease as the tenant's API server makes them, with its own certificate: the
+        # engine reads its time left (etcd RBAC lets a tenant see its own keys' leases)
+        as_a = src.ctl("tenant-a")
+        lease = subprocess.run(as_a + ["lease", "grant", "300"], capture_output=True, text=True,
+                               check=True).stdout.split()[1]
+        subprocess.run(as_a + ["put", "/tenant-a/leased", "L", f"--lease={lease}"], check=True,
+                       capture_output=True)
         for step in ("sync", "final"):
             out = run("/tenant-a/", step)
             assert out["rc"] == 0, out
@@ -380,7 +393,10 @@ def test_under_tls_and_rbac_with_the_tenants_own_certificates(tmp_path: Path) ->
         moved = {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"]).decode()
                  for kv in json.loads(got)["kvs"]}
         assert moved == {**{f"/tenant-a/object-{i}": f"tenant-a's value {i}" for i in range(3)},
-                         "/tenant-a/late": "after the copy"}, moved
+                         "/tenant-a/late": "after the copy", "/tenant-a/leased": "L"}, moved
+        lease_id = int(json.loads(dst.admin("get", "/tenant-a/leased", "-w", "json"))["kvs"][0]["lease"])
+        ttl = json.loads(dst.admin("lease", "timetolive", f"{lease_id:x}", "-w", "json"))["ttl"]
+        assert lease_id and 200 < int(ttl) <= 300, ttl
         assert src.admin("get", "--prefix", "/tenant-b/", "-w", "json").split('"kvs"')[1] \
             == b_before.split('"kvs"')[1]
     finally:

@@ -35,8 +35,12 @@ raise costs one put per revision: refused over ``max_bump`` with the figure.
 Keys of the protocol, under the prefix (kube-apiserver reads only <prefix><resource>/... and
 never sees them): ``<prefix>k0sbox-migrate-in-progress`` on the target (JSON: source, copy
 revision, the source revision applied last, phase), ``<prefix>k0sbox-migrate-fence`` on the
-source (a counter), neither copied. Leased keys get one lease of ``lease_ttl`` seconds on the
-target per run (what the tenant's API servers renew once they run there).
+source (a counter), neither copied. Each source lease of the keys moved gets a lease on the
+target with the time the source lease has left (LeaseTimeToLive): a key expires on the target
+when it would have on the source (kube-apiserver's leases: events after an hour, its endpoint
+leases after seconds); ``lease_ttl`` where the source no longer knows the lease (the keys
+then go with their delete events). The tenant's API servers make their own leases once they
+run on the target.
 
 Input: one JSON object on standard input (source, target: {endpoints, cacert, cert, key};
 prefix; step; force: replace keys already under the target's prefix; restart: copy afresh
@@ -248,7 +252,7 @@ class Migration:
         self.skip = own_keys(self.prefix)
         self.max_bump = int(cfg.get("max_bump", 10_000_000))
         self.lease_ttl = int(cfg.get("lease_ttl", 3600))
-        self.lease = 0
+        self.leases: dict[int, int] = {}    # source lease ID -> target lease ID
         self.marker_mod = 0        # the marker's mod revision on the target, as last written
         self.target_rev = 0        # the target's revision, as last seen
         self.figures: dict[str, Any] = {"copied": 0, "applied_revisions": 0, "applied_ops": 0,
@@ -353,17 +357,30 @@ class Migration:
             if len(batch) >= MAX_TXN_OPS - 1 or size + len(kv.key) + len(kv.value) > MAX_TXN_BYTES:
                 self.commit(batch, **note)
                 batch, size = [], 0
-            batch.append(self.dst.put_op(kv.key, kv.value, self.target_lease() if kv.lease else 0))
+            batch.append(self.dst.put_op(kv.key, kv.value, self.target_lease(int(kv.lease))))
             size += len(kv.key) + len(kv.value)
         self.commit(batch, **{**note, "phase": "follow", "applied": rev})
         self.figures["copied"] = len(kvs)
         self.figures["copy_revision"] = rev
         return rev
 
-    def target_lease(self) -> int:
-        if not self.lease:
-            self.lease = self.dst.grant(self.lease_ttl)
-        return self.lease
+    def target_lease(self, source: int) -> int:
+        """The target's lease for source lease ``source`` (0: none), granted on first use
+        with the time the source lease has left."""
+        if not source:
+            return 0
+        if source not in self.leases:
+            import grpc
+            try:
+                left = int(self.src.lease_stub.LeaseTimeToLive(
+                    self.src.rpc.LeaseTimeToLiveRequest(ID=source), timeout=self.src.timeout).TTL)
+            except grpc.RpcError as exc:   # expired meanwhile: its keys' delete events follow
+                if exc.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+                left = -1
+            self.leases[source] = self.dst.grant(left if left > 0 else self.lease_ttl)
+            self.figures["leases"] = len(self.leases)
+        return self.leases[source]
 
     # catch-up --------------------------------------------------------------------------------
 
@@ -434,7 +451,7 @@ class Migration:
             ops = []
             for key, (kind, value, lease) in merge(group).items():
                 ops.append(self.dst.del_op(key) if kind == "del"
-                           else self.dst.put_op(key, value, self.target_lease() if lease else 0))
+                           else self.dst.put_op(key, value, self.target_lease(lease)))
             self.commit(ops, **{**note, "applied": applied if last else group[-1][0]})
             note = {**note, "applied": applied if last else group[-1][0]}
             self.figures["applied_revisions"] += len(group)
