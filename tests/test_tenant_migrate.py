@@ -402,3 +402,38 @@ def test_under_tls_and_rbac_with_the_tenants_own_certificates(tmp_path: Path) ->
     finally:
         for m in members:
             m.stop()
+
+
+def test_a_run_killed_in_its_copy_is_finished_by_the_next(clusters: tuple[Etcd, Etcd, str]) -> None:
+    """SIGKILL in the middle of the copy (the marker says "copy", part of the keys are
+    there): the next run copies afresh over its own partial copy and ends with the prefix
+    exactly the source's (meanwhile the target's marker says a copy was cut short)."""
+    src, dst, python = clusters
+    prefix = "/tenant-g/"
+    src.load(python, prefix, 20_000, size=500)
+    cfg = {"source": {"endpoints": [src.url]}, "target": {"endpoints": [dst.url]},
+           "prefix": prefix, "step": "sync"}
+    proc = subprocess.Popen([python, str(ENGINE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(cfg))
+    proc.stdin.close()
+    deadline = time.monotonic() + 60
+    while True:    # until some of the copy is on the target, not all
+        got = dst.etcdctl("get", "--prefix", prefix, "--count-only", "-w", "fields")
+        count = int(got.split('"Count" : ')[1].split()[0])
+        if count > 1000:
+            break
+        assert proc.poll() is None and time.monotonic() < deadline, "the copy ended before it was cut"
+        time.sleep(0.005)
+    proc.kill()
+    proc.wait()
+    marker = json.loads(dst.etcdctl("get", prefix + "k0sbox-migrate-in-progress", "--print-value-only"))
+    partial = len(dst.kvs(prefix)) - 1
+    assert marker["phase"] == "copy" and 0 < partial < 20_000, (marker, partial)
+    src.etcdctl("put", prefix + "k000007", "changed meanwhile")
+    out = migrate(src, dst, python, prefix, "final")
+    assert out["rc"] == 0 and out["copied"] == 20_000 and out["replaced"] == partial, out
+    moved, left = dst.kvs(prefix), src.kvs(prefix)
+    assert {k: v for k, (v, _) in moved.items()} == \
+        {k: v for k, (v, _) in left.items() if "k0sbox-migrate" not in k}
