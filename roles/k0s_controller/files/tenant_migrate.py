@@ -25,7 +25,7 @@ revision it holds, guarded by the marker's own mod revision: two runs at once, o
 the marker, make the transaction fail instead of interleaving.
 
 Revisions: a client of the tenant has seen resourceVersions up to the source's revision. The
-target's revision is raised (puts of the marker, many in flight) above the source revision
+target's revision is raised (puts of a key of the protocol, many in flight) above the source revision
 of every change before that change is written there, and above the fence's revision before
 the marker goes. So every object's resourceVersion on the target is higher than any the
 client saw for it and every list's is higher than any it saw at all: a watch resumed from an
@@ -34,8 +34,9 @@ raise costs one put per revision: refused over ``max_bump`` with the figure.
 
 Keys of the protocol, under the prefix (kube-apiserver reads only <prefix><resource>/... and
 never sees them): ``<prefix>k0sbox-migrate-in-progress`` on the target (JSON: source, copy
-revision, the source revision applied last, phase), ``<prefix>k0sbox-migrate-fence`` on the
-source (a counter), neither copied. Each source lease of the keys moved gets a lease on the
+revision, the source revision applied last, phase), ``<prefix>k0sbox-migrate-bump`` on the
+target (the revision raise's writes), ``<prefix>k0sbox-migrate-fence`` on the source (a
+counter); none copied, the target's two removed by ``final``. Each source lease of the keys moved gets a lease on the
 target with the time the source lease has left (LeaseTimeToLive): a key expires on the target
 when it would have on the source (kube-apiserver's leases: events after an hour, its endpoint
 leases after seconds); ``lease_ttl`` where the source no longer knows the lease (the keys
@@ -61,6 +62,7 @@ from urllib.parse import urlsplit
 
 MARKER = b"k0sbox-migrate-in-progress"
 FENCE = b"k0sbox-migrate-fence"
+BUMP = b"k0sbox-migrate-bump"     # the revision raise writes this key on the target
 RESTORE_MARKER = b"k0sbox-restore-in-progress"
 MAX_TXN_OPS = 128          # etcd's --max-txn-ops default
 MAX_TXN_BYTES = 1 << 20    # below etcd's --max-request-bytes default (1.5 MiB)
@@ -89,7 +91,7 @@ def range_end(prefix: bytes) -> bytes:
 
 def own_keys(prefix: bytes) -> set[bytes]:
     """The protocol's keys under the prefix: never copied, never applied."""
-    return {prefix + MARKER, prefix + FENCE}
+    return {prefix + MARKER, prefix + FENCE, prefix + BUMP}
 
 
 def merge(revisions: list[tuple[int, list[tuple[str, bytes, bytes, int]]]]) -> dict[bytes, tuple[str, bytes, int]]:
@@ -292,9 +294,10 @@ class Migration:
 
     # the revision raise ----------------------------------------------------------------------
 
-    def raise_above(self, revision: int, note: dict[str, Any]) -> None:
-        """The target's revision above ``revision``: puts of the marker (its value unchanged),
-        IN_FLIGHT at a time; then the marker's mod revision read back for the next guard."""
+    def raise_above(self, revision: int) -> None:
+        """The target's revision above ``revision``: puts of a key of its own under the prefix
+        (``<prefix>k0sbox-migrate-bump``), IN_FLIGHT at a time. Not the marker: its guard must
+        still see a write that is not this run's."""
         self.target_rev = max(self.target_rev, self.dst.revision())
         need = revision - self.target_rev + 1
         if need <= 0:
@@ -305,8 +308,7 @@ class Migration:
                 f"({revision}); raising it costs one write per revision, more than max_bump "
                 f"({self.max_bump}). Give a larger max_bump, or a target made from the source's "
                 "snapshot with etcdutl --bump-revision")
-        value = self.note(**note)
-        put = self.rpc_put(value)
+        put = self.dst.rpc.PutRequest(key=self.prefix + BUMP, value=b"")
         pending: list[Any] = []
         for _put in range(need):
             pending.append(self.dst.kv.Put.future(put, timeout=self.dst.timeout))
@@ -315,12 +317,7 @@ class Migration:
         for f in pending:
             f.result()
         self.figures["bumped"] += need
-        kv = self.dst.get(self.marker_key)
-        self.marker_mod = int(kv.mod_revision) if kv is not None else 0
         self.target_rev = self.dst.revision()
-
-    def rpc_put(self, value: bytes) -> Any:
-        return self.dst.rpc.PutRequest(key=self.marker_key, value=value)
 
     # copy ------------------------------------------------------------------------------------
 
@@ -332,7 +329,7 @@ class Migration:
                                "marker is there): finish it (restore --tenant) before moving the tenant")
         kvs = [kv for kv in kvs if kv.key not in self.skip]
         there = self.dst.read(self.prefix)[1]
-        there = [kv for kv in there if kv.key != self.marker_key]
+        there = [kv for kv in there if kv.key not in self.skip]
         if there and not self.marker_mod and not self.cfg.get("force"):
             raise MigrateError(f"target: {len(there)} key(s) under {self.cfg['prefix']} already "
                                f"(first {there[0].key[:80]!r}); the tenant's prefix must be empty "
@@ -350,7 +347,7 @@ class Migration:
             self.marker_mod = 0
             self.figures["replaced"] = len(there)
         # every copied key gets a target revision above the source's at the copy
-        self.raise_above(rev, note)
+        self.raise_above(rev)
         batch: list[Any] = []
         size = 0
         for kv in kvs:
@@ -447,7 +444,7 @@ class Migration:
         groups = list(chunks(pending, MAX_TXN_OPS - 1, MAX_TXN_BYTES))
         for i, group in enumerate(groups):
             last = i == len(groups) - 1
-            self.raise_above(group[-1][0], {**note, "applied": self.applied_of(note)})
+            self.raise_above(group[-1][0])
             ops = []
             for key, (kind, value, lease) in merge(group).items():
                 ops.append(self.dst.del_op(key) if kind == "del"
@@ -458,10 +455,6 @@ class Migration:
             self.figures["applied_ops"] += len(ops)
         if not groups:
             self.commit([], **{**note, "applied": applied})
-
-    @staticmethod
-    def applied_of(note: dict[str, Any]) -> int:
-        return int(note.get("applied", 0))
 
     # the steps -------------------------------------------------------------------------------
 
@@ -481,9 +474,9 @@ class Migration:
         if step == "final":
             # no client of the tenant has seen a revision above the fence's (its API servers
             # are stopped): the target above it, then the marker gone, in one more write
-            self.raise_above(fence, note)
+            self.raise_above(fence)
             resp = self.dst.txn([self.dst.mod_is(self.marker_key, self.marker_mod)],
-                                [self.dst.del_op(self.marker_key)])
+                                [self.dst.del_op(self.marker_key), self.dst.del_op(self.prefix + BUMP)])
             if not resp.succeeded:
                 raise MigrateError(f"target: {self.marker_key.decode()} changed under this run")
             self.target_rev = int(resp.header.revision)
