@@ -14,6 +14,7 @@ Skipped, saying why, where the etcd packages or python3-etcd3 cannot be had."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import subprocess
@@ -114,7 +115,7 @@ run = m.Migration(json.loads(sys.argv[2]))
 found = run.marker()
 run.dst.kv.Put(run.dst.rpc.PutRequest(key=run.marker_key, value=json.dumps({**found, "other": "run"}).encode()))
 try:
-    run.commit([run.dst.put_op(run.prefix + b"x", b"y")], phase="follow")
+    run.commit([run.dst.put_op(run.prefix + b"x", b"y")], found["applied"])
 except m.MigrateError as exc:
     print(exc)
 """
@@ -133,7 +134,6 @@ class Etcd(Cluster):
     def kvs(self, prefix: str) -> dict[str, tuple[str, int]]:
         """key -> (value, mod revision) under the prefix."""
         out = json.loads(self.etcdctl("get", "--prefix", prefix, "-w", "json"))
-        import base64
         return {base64.b64decode(kv["key"]).decode(): (base64.b64decode(kv.get("value", "")).decode(),
                                                          int(kv["mod_revision"]))
                 for kv in out.get("kvs", [])}
@@ -169,15 +169,18 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Etcd, E
         yield src, dst, python
 
 
-def migrate(src: Etcd, dst: Etcd, python: str, prefix: str, step: str, **extra: Any) -> dict[str, Any]:
-    cfg = {"source": {"endpoints": [src.url]}, "target": {"endpoints": [dst.url]},
-           "prefix": prefix, "step": step, **extra}
+def run_engine(python: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The engine as a controller runs it: its JSON on standard input; its answer with
+    ``rc``, its exit status."""
     res = subprocess.run([python, str(ENGINE)], input=json.dumps(cfg), capture_output=True,
                          text=True, timeout=600, check=False)
     assert res.stdout, res.stderr[-2000:]
-    out: dict[str, Any] = json.loads(res.stdout)
-    out["rc"] = res.returncode
-    return out
+    return {**json.loads(res.stdout), "rc": res.returncode}
+
+
+def migrate(src: Etcd, dst: Etcd, python: str, prefix: str, step: str, **extra: Any) -> dict[str, Any]:
+    return run_engine(python, {"source": {"endpoints": [src.url]}, "target": {"endpoints": [dst.url]},
+                               "prefix": prefix, "step": step, **extra})
 
 
 class Writer(threading.Thread):
@@ -368,12 +371,8 @@ def test_under_tls_and_rbac_with_the_tenants_own_certificates(tmp_path: Path) ->
                     "cert": f"{m.tmp}/{who}.crt", "key": f"{m.tmp}/{who}.key"}
 
         def run(prefix: str, step: str) -> dict[str, Any]:
-            cfg = {"source": side(src, "tenant-a"), "target": side(dst, "tenant-a"),
-                   "prefix": prefix, "step": step}
-            res = subprocess.run([python, str(ENGINE)], input=json.dumps(cfg), capture_output=True,
-                                 text=True, timeout=120, check=False)
-            assert res.stdout, res.stderr[-2000:]
-            return {**json.loads(res.stdout), "rc": res.returncode}
+            return run_engine(python, {"source": side(src, "tenant-a"), "target": side(dst, "tenant-a"),
+                                       "prefix": prefix, "step": step})
 
         denied = run("/tenant-b/", "sync")
         assert denied["rc"] == 1 and denied["error"].startswith(
@@ -391,7 +390,6 @@ def test_under_tls_and_rbac_with_the_tenants_own_certificates(tmp_path: Path) ->
             out = run("/tenant-a/", step)
             assert out["rc"] == 0, out
         got = dst.admin("get", "--prefix", "/tenant-a/", "-w", "json")
-        import base64
         moved = {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"]).decode()
                  for kv in json.loads(got)["kvs"]}
         assert moved == {**{f"/tenant-a/object-{i}": f"tenant-a's value {i}" for i in range(3)},

@@ -70,6 +70,11 @@ PAGE = 1000
 IN_FLIGHT = 64             # the revision raise: puts in flight on the target's channel
 
 
+# One source revision's changes of the prefix: (revision, [(kind "put"/"del", key, value, lease)]).
+Change = tuple[str, bytes, bytes, int]
+Revision = tuple[int, list[Change]]
+
+
 class MigrateError(Exception):
     """What went wrong, in one line that says what to do."""
 
@@ -94,7 +99,7 @@ def own_keys(prefix: bytes) -> set[bytes]:
     return {prefix + MARKER, prefix + FENCE, prefix + BUMP}
 
 
-def merge(revisions: list[tuple[int, list[tuple[str, bytes, bytes, int]]]]) -> dict[bytes, tuple[str, bytes, int]]:
+def merge(revisions: list[Revision]) -> dict[bytes, tuple[str, bytes, int]]:
     """Whole source revisions (revision, [(kind, key, value, lease)]) in order, as one set of
     operations: the last operation per key wins (the transaction holding them is atomic, so
     no reader sees the ones it replaced)."""
@@ -106,12 +111,11 @@ def merge(revisions: list[tuple[int, list[tuple[str, bytes, bytes, int]]]]) -> d
     return out
 
 
-def chunks(revisions: list[tuple[int, list[tuple[str, bytes, bytes, int]]]],
-           max_ops: int, max_bytes: int) -> Iterator[list[tuple[int, list[tuple[str, bytes, bytes, int]]]]]:
+def chunks(revisions: list[Revision], max_ops: int, max_bytes: int) -> Iterator[list[Revision]]:
     """The revisions in groups of whole revisions, each group's merged operations within
     ``max_ops`` and ``max_bytes`` (a single revision larger than that is one group: etcd took
     it in one transaction, so the target can too)."""
-    group: list[tuple[int, list[tuple[str, bytes, bytes, int]]]] = []
+    group: list[Revision] = []
     keys: set[bytes] = set()
     size = 0
     for rev, events in revisions:
@@ -154,7 +158,7 @@ class Side:
             self.watch_stub = rpc_pb2_grpc.WatchStub(channel)
             self.lease_stub = rpc_pb2_grpc.LeaseStub(channel)
             try:
-                self.cluster_id = self.range(prefix, range_end(prefix), count_only=True).header.cluster_id
+                self.cluster_id = self.header().cluster_id
                 self.channel = channel
                 return
             except grpc.RpcError as exc:
@@ -174,18 +178,21 @@ class Side:
                                                    limit=limit, count_only=count_only),
                              timeout=self.timeout)
 
+    def header(self) -> Any:
+        """A response header (cluster ID, revision), read where the tenant may read: under
+        etcd RBAC a read of the whole keyspace is denied to it."""
+        return self.range(self.prefix, range_end(self.prefix), count_only=True).header
+
     def revision(self) -> int:
-        """The cluster's revision, read where the tenant may read (under etcd RBAC a read of
-        the whole keyspace is denied to it)."""
-        return int(self.range(self.prefix, range_end(self.prefix), count_only=True).header.revision)
+        return int(self.header().revision)
 
     def get(self, key: bytes) -> Any:
         kvs = self.range(key, b"").kvs
         return kvs[0] if kvs else None
 
-    def read(self, prefix: bytes, revision: int = 0) -> tuple[int, list[Any]]:
-        """Every key under the prefix at one revision (the first page's, or ``revision``)."""
-        end, start, out = range_end(prefix), prefix, []
+    def read(self) -> tuple[int, list[Any]]:
+        """Every key under the prefix at one revision (the first page's)."""
+        end, start, out, revision = range_end(self.prefix), self.prefix, [], 0
         while True:
             resp = self.range(start, end, revision=revision, limit=PAGE)
             revision = revision or int(resp.header.revision)
@@ -201,8 +208,8 @@ class Side:
     def put_op(self, key: bytes, value: bytes, lease: int = 0) -> Any:
         return self.rpc.RequestOp(request_put=self.rpc.PutRequest(key=key, value=value, lease=lease))
 
-    def del_op(self, key: bytes) -> Any:
-        return self.rpc.RequestOp(request_delete_range=self.rpc.DeleteRangeRequest(key=key))
+    def del_op(self, key: bytes, end: bytes = b"") -> Any:
+        return self.rpc.RequestOp(request_delete_range=self.rpc.DeleteRangeRequest(key=key, range_end=end))
 
     def mod_is(self, key: bytes, mod: int) -> Any:
         return self.rpc.Compare(result=self.rpc.Compare.EQUAL, target=self.rpc.Compare.MOD,
@@ -212,13 +219,13 @@ class Side:
         return int(self.lease_stub.LeaseGrant(self.rpc.LeaseGrantRequest(TTL=ttl),
                                               timeout=self.timeout).ID)
 
-    def watch(self, prefix: bytes, start: int) -> Any:
+    def watch(self, start: int) -> Any:
         """The prefix's events from revision ``start``: an iterator of watch responses (the
         call, which cancel() ends). The request stream stays open until then: a client that
         closes its side is a client that has gone."""
         import threading
         req = self.rpc.WatchRequest(create_request=self.rpc.WatchCreateRequest(
-            key=prefix, range_end=range_end(prefix), start_revision=start))
+            key=self.prefix, range_end=range_end(self.prefix), start_revision=start))
         stop = threading.Event()
 
         def requests() -> Iterator[Any]:
@@ -257,16 +264,16 @@ class Migration:
         self.leases: dict[int, int] = {}    # source lease ID -> target lease ID
         self.marker_mod = 0        # the marker's mod revision on the target, as last written
         self.target_rev = 0        # the target's revision, as last seen
+        self.meta: dict[str, Any] = {}   # the marker's phase, copy revision, start
+        self.applied = 0           # the source revision applied last, as the marker says
         self.figures: dict[str, Any] = {"copied": 0, "applied_revisions": 0, "applied_ops": 0,
                                         "transactions": 0, "bumped": 0}
 
     # the marker ------------------------------------------------------------------------------
 
-    def note(self, **what: Any) -> bytes:
-        return json.dumps({"source_cluster_id": f"{self.src.cluster_id:x}",
-                           "prefix": self.cfg["prefix"], **what}, sort_keys=True).encode()
-
     def marker(self) -> dict[str, Any]:
+        """The marker on the target ({} when there is none), which must be of this source;
+        its mod revision kept for the next guard."""
         kv = self.dst.get(self.marker_key)
         if kv is None:
             return {}
@@ -281,16 +288,23 @@ class Migration:
                                "cluster it names")
         return found
 
-    def commit(self, ops: list[Any], **what: Any) -> None:
-        """One target transaction: ``ops`` and the marker (``what``), guarded by the marker's
-        mod revision as this run last wrote or read it (0: no marker yet)."""
-        resp = self.dst.txn([self.dst.mod_is(self.marker_key, self.marker_mod)],
-                            [*ops, self.dst.put_op(self.marker_key, self.note(**what))])
+    def guarded(self, ops: list[Any]) -> int:
+        """One target transaction of ``ops``, guarded by the marker's mod revision as this run
+        last wrote or read it (0: no marker yet); returns its revision."""
+        resp = self.dst.txn([self.dst.mod_is(self.marker_key, self.marker_mod)], ops)
         if not resp.succeeded:
             raise MigrateError(f"target: {self.marker_key.decode()} changed under this run (another "
                                "migration of the tenant at once?); run it again when that one ended")
-        self.marker_mod = self.target_rev = int(resp.header.revision)
+        self.target_rev = int(resp.header.revision)
         self.figures["transactions"] += 1
+        return self.target_rev
+
+    def commit(self, ops: list[Any], applied: int) -> None:
+        """``ops`` and the marker saying ``applied``, in one guarded transaction."""
+        value = json.dumps({"source_cluster_id": f"{self.src.cluster_id:x}", "prefix": self.cfg["prefix"],
+                            **self.meta, "applied": applied}, sort_keys=True).encode()
+        self.marker_mod = self.guarded([*ops, self.dst.put_op(self.marker_key, value)])
+        self.applied = applied
 
     # the revision raise ----------------------------------------------------------------------
 
@@ -321,45 +335,41 @@ class Migration:
 
     # copy ------------------------------------------------------------------------------------
 
-    def copy(self) -> int:
-        """The source's prefix at one revision into the target's: returns that revision."""
-        rev, kvs = self.src.read(self.prefix)
+    def copy(self) -> None:
+        """The source's prefix at one revision into the target's; the marker then says that
+        revision is applied."""
+        rev, kvs = self.src.read()
         if any(kv.key == self.prefix + RESTORE_MARKER for kv in kvs):
             raise MigrateError(f"source: a restore into {self.cfg['prefix']} was interrupted (its "
                                "marker is there): finish it (restore --tenant) before moving the tenant")
         kvs = [kv for kv in kvs if kv.key not in self.skip]
-        there = self.dst.read(self.prefix)[1]
-        there = [kv for kv in there if kv.key not in self.skip]
+        there = [kv for kv in self.dst.read()[1] if kv.key not in self.skip]
         if there and not self.marker_mod and not self.cfg.get("force"):
             raise MigrateError(f"target: {len(there)} key(s) under {self.cfg['prefix']} already "
                                f"(first {there[0].key[:80]!r}); the tenant's prefix must be empty "
                                "there, or force to replace them")
-        note = {"phase": "copy", "copy_revision": rev, "applied": 0,
-                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         if there or self.marker_mod:
             # what force replaces, or a copy cut short: gone first, marker and all (etcd takes
             # no put inside a range deleted in the same transaction)
-            resp = self.dst.txn([self.dst.mod_is(self.marker_key, self.marker_mod)],
-                                [self.dst.rpc.RequestOp(request_delete_range=self.dst.rpc.DeleteRangeRequest(
-                                    key=self.prefix, range_end=range_end(self.prefix)))])
-            if not resp.succeeded:
-                raise MigrateError(f"target: {self.marker_key.decode()} changed under this run")
+            self.guarded([self.dst.del_op(self.prefix, range_end(self.prefix))])
             self.marker_mod = 0
             self.figures["replaced"] = len(there)
+        self.meta = {"phase": "copy", "copy_revision": rev,
+                     "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         # every copied key gets a target revision above the source's at the copy
         self.raise_above(rev)
         batch: list[Any] = []
         size = 0
         for kv in kvs:
             if len(batch) >= MAX_TXN_OPS - 1 or size + len(kv.key) + len(kv.value) > MAX_TXN_BYTES:
-                self.commit(batch, **note)
+                self.commit(batch, 0)
                 batch, size = [], 0
             batch.append(self.dst.put_op(kv.key, kv.value, self.target_lease(int(kv.lease))))
             size += len(kv.key) + len(kv.value)
-        self.commit(batch, **{**note, "phase": "follow", "applied": rev})
+        self.meta["phase"] = "follow"
+        self.commit(batch, rev)
         self.figures["copied"] = len(kvs)
         self.figures["copy_revision"] = rev
-        return rev
 
     def target_lease(self, source: int) -> int:
         """The target's lease for source lease ``source`` (0: none), granted on first use
@@ -390,12 +400,14 @@ class Migration:
                                timeout=self.src.timeout)
         return int(resp.header.revision)
 
-    def catch_up(self, applied: int, note: dict[str, Any]) -> int:
-        """Every change of the source's prefix after ``applied`` up to a fence, applied in
-        revision order, whole revisions per transaction; returns the fence's revision."""
+    def catch_up(self) -> int:
+        """Every change of the source's prefix after the revision applied last, up to a
+        fence, applied in revision order, whole revisions per transaction; returns the
+        fence's revision."""
         fence = self.fence()
-        call = self.src.watch(self.prefix, applied + 1)
-        pending: list[tuple[int, list[tuple[str, bytes, bytes, int]]]] = []
+        applied = self.applied
+        call = self.src.watch(applied + 1)
+        pending: list[Revision] = []
         try:
             for resp in call:
                 if resp.compact_revision:
@@ -407,14 +419,13 @@ class Migration:
                     raise MigrateError(f"source: the watch was canceled: {resp.cancel_reason}")
                 done = False
                 for rev, events in self.revisions(resp.events):
-                    if rev >= fence:
-                        done = True
+                    done = done or rev >= fence
                     events = [e for e in events if e[1] not in self.skip]
                     if events:
                         pending.append((rev, events))
                     applied = rev
                 if done or len(pending) >= MAX_TXN_OPS:
-                    self.apply(pending, applied, note)
+                    self.apply(pending, applied)
                     pending = []
                 if done:
                     return fence
@@ -423,9 +434,9 @@ class Migration:
         raise MigrateError("source: the watch ended before the fence came back; run it again")
 
     @staticmethod
-    def revisions(events: Any) -> Iterator[tuple[int, list[tuple[str, bytes, bytes, int]]]]:
+    def revisions(events: Any) -> Iterator[Revision]:
         """A watch response's events as (revision, [(kind, key, value, lease)]) in order."""
-        rev, group = 0, []   # type: tuple[int, list[tuple[str, bytes, bytes, int]]]
+        rev, group = 0, []   # type: tuple[int, list[Change]]
         for e in events:
             r = int(e.kv.mod_revision)
             if group and r != rev:
@@ -436,25 +447,21 @@ class Migration:
         if group:
             yield rev, group
 
-    def apply(self, pending: list[tuple[int, list[tuple[str, bytes, bytes, int]]]], applied: int,
-              note: dict[str, Any]) -> None:
+    def apply(self, pending: list[Revision], applied: int) -> None:
         """The pending revisions on the target, each transaction whole revisions, the
         target's revision first raised above the newest of them; the marker says ``applied``
         after the last one (the revisions without a change of the prefix count too)."""
         groups = list(chunks(pending, MAX_TXN_OPS - 1, MAX_TXN_BYTES))
         for i, group in enumerate(groups):
-            last = i == len(groups) - 1
             self.raise_above(group[-1][0])
-            ops = []
-            for key, (kind, value, lease) in merge(group).items():
-                ops.append(self.dst.del_op(key) if kind == "del"
-                           else self.dst.put_op(key, value, self.target_lease(lease)))
-            self.commit(ops, **{**note, "applied": applied if last else group[-1][0]})
-            note = {**note, "applied": applied if last else group[-1][0]}
+            ops = [self.dst.del_op(key) if kind == "del"
+                   else self.dst.put_op(key, value, self.target_lease(lease))
+                   for key, (kind, value, lease) in merge(group).items()]
+            self.commit(ops, applied if i == len(groups) - 1 else group[-1][0])
             self.figures["applied_revisions"] += len(group)
             self.figures["applied_ops"] += len(ops)
         if not groups:
-            self.commit([], **{**note, "applied": applied})
+            self.commit([], applied)
 
     # the steps -------------------------------------------------------------------------------
 
@@ -462,26 +469,20 @@ class Migration:
         t0 = time.monotonic()
         found = self.marker()
         if found.get("phase") == "follow" and not self.cfg.get("restart"):
-            applied = int(found["applied"])
-            note = {k: v for k, v in found.items() if k not in ("source_cluster_id", "prefix")}
-            self.figures["resumed_from"] = applied
+            self.applied = int(found["applied"])
+            self.meta = {k: found[k] for k in ("phase", "copy_revision", "started") if k in found}
+            self.figures["resumed_from"] = self.applied
         else:   # none yet, a copy cut short or restart: the copy (again) from the start,
             # over this migration's own keys (the marker says they are)
-            applied = self.copy()
-            note = {k: v for k, v in self.marker().items() if k not in ("source_cluster_id", "prefix")}
-        fence = self.catch_up(applied, note)
-        note = {k: v for k, v in self.marker().items() if k not in ("source_cluster_id", "prefix")}
+            self.copy()
+        fence = self.catch_up()
         if step == "final":
             # no client of the tenant has seen a revision above the fence's (its API servers
             # are stopped): the target above it, then the marker gone, in one more write
             self.raise_above(fence)
-            resp = self.dst.txn([self.dst.mod_is(self.marker_key, self.marker_mod)],
-                                [self.dst.del_op(self.marker_key), self.dst.del_op(self.prefix + BUMP)])
-            if not resp.succeeded:
-                raise MigrateError(f"target: {self.marker_key.decode()} changed under this run")
-            self.target_rev = int(resp.header.revision)
+            self.guarded([self.dst.del_op(self.marker_key), self.dst.del_op(self.prefix + BUMP)])
         return {**self.figures, "step": step, "fence_revision": fence,
-                "target_revision": self.target_rev, "applied": int(note.get("applied", 0)),
+                "target_revision": self.target_rev, "applied": self.applied,
                 "seconds": round(time.monotonic() - t0, 3),
                 "source_cluster_id": f"{self.src.cluster_id:x}",
                 "target_cluster_id": f"{self.dst.cluster_id:x}"}
