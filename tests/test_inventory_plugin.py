@@ -17,11 +17,14 @@ from sandboxlib import topology
 INVENTORIES = sorted((REPO_ROOT / "inventories").glob("*.yml"))
 
 
-def ansible_inventory(path: Path, backend: str = "podman",
-                      state_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
+def ansible_inventory(path: Path, backend: str = "podman", state_dir: Path | None = None,
+                      cluster: str = "") -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).parent / "ansible-inventory"
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"),
                SANDBOX_BACKEND=backend)
+    env.pop("SANDBOX_CLUSTER", None)
+    if cluster:
+        env["SANDBOX_CLUSTER"] = cluster
     if state_dir is not None:
         env["SANDBOX_STATE_DIR"] = str(state_dir)
     return subprocess.run([str(exe if exe.exists() else "ansible-inventory"), "-i", str(path),
@@ -44,14 +47,21 @@ def _hosts_of(data: dict[str, Any], group: str) -> list[str]:
     return list(data.get(group, {}).get("hosts", []))
 
 
-@pytest.mark.parametrize("path", INVENTORIES, ids=lambda p: p.stem)
-def test_shipped_topology_through_ansible_inventory(path: Path, tmp_path: Path) -> None:
-    res = ansible_inventory(path, state_dir=tmp_path)
+# A topology of several etcd clusters: each cluster's view (SANDBOX_CLUSTER) as one topology.
+VIEWS = [(p, c) for p in INVENTORIES for c in topology.load(p).clusters]
+
+
+@pytest.mark.parametrize(("path", "cluster"), VIEWS, ids=lambda v: getattr(v, "stem", v))
+def test_shipped_topology_through_ansible_inventory(path: Path, cluster: str,
+                                                    tmp_path: Path) -> None:
+    whole = topology.load(path)
+    res = ansible_inventory(path, state_dir=tmp_path,
+                            cluster=cluster if whole.multi_cluster else "")
     assert res.returncode == 0, res.stderr
     data = _plain(json.loads(res.stdout))
-    topo = topology.load(path)
+    topo = whole.view(cluster) if whole.multi_cluster else whole
     hostvars = data["_meta"]["hostvars"]
-    assert sorted(hostvars) == sorted(n.name for n in topo.nodes)
+    assert sorted(hostvars) == sorted(n.name for n in whole.nodes)
     for group in ("etcd", "k0s_controller", "lb"):
         assert sorted(_hosts_of(data, group)) == sorted(n.name for n in topo.group(group))
     for tenant in topo.tenants:
@@ -71,7 +81,7 @@ def test_shipped_topology_through_ansible_inventory(path: Path, tmp_path: Path) 
         assert hv["sandbox_network"]["name"] == f"k0sbox-{topo.name}"
         assert [t["prefix"] for t in hv["k0s_tenants"]] == [t.prefix for t in topo.tenants]
         # Tenants sharing a TLS cluster are confined by etcd RBAC unless the topology says not.
-        assert hv["etcd_rbac"] is (topo.tls and len(topo.tenants) > 1)
+        assert hv["etcd_rbac"] is (topo.tls and (len(topo.tenants) > 1 or topo.multi_cluster))
 
 
 @pytest.mark.parametrize("path", [p for p in INVENTORIES if "vagrant" in topology.load(p)

@@ -30,6 +30,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import (
@@ -57,6 +58,15 @@ def ansible_playbook_line(line: str, state: Path) -> subprocess.CompletedProcess
         env.pop(var, None)
     return subprocess.run(["bash", "-c", line], cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=UP_TIMEOUT, check=False, stdin=subprocess.DEVNULL)
+
+
+def down_and_gone(name: str, topo: list[str], state: Path) -> None:
+    """`down --purge`, then no container and no network of the sandbox left."""
+    down = run_sandbox(["down", "--purge", *topo], state, timeout=600)
+    assert down.returncode == 0, explain(down)
+    assert podman_objects(name) == []
+    networks = subprocess.run(["podman", "network", "exists", f"k0sbox-{name}"], check=False)
+    assert networks.returncode != 0, f"network k0sbox-{name} left behind"
 
 
 @pytest.mark.e2e
@@ -101,8 +111,71 @@ def test_shipped_topology_end_to_end(shipped: str, tmp_path: Path) -> None:
         noop = run_sandbox(["up", *topo], state, timeout=UP_TIMEOUT)
         assert noop.returncode == 0 and "nothing to change" in noop.stdout, explain(noop)
     finally:
-        down = run_sandbox(["down", "--purge", *topo], state, timeout=600)
-    assert down.returncode == 0, explain(down)
+        down_and_gone(name, topo, state)
+
+
+def _cluster_view(data: dict[str, Any], cluster: str) -> dict[str, Any]:
+    """The topology document as one etcd cluster's view shows it (Topology.view)."""
+    tenants = [t for t in data["tenants"] if t["cluster"] == cluster]
+    ctrls = {c for t in tenants for c in t["controllers"]}
+    nodes = [n for n in data["nodes"] if n.get("cluster") == cluster or n["name"] in ctrls]
+    return {**data, "nodes": nodes, "tenants": tenants}
+
+
+@pytest.mark.e2e
+def test_two_etcd_clusters_end_to_end(tmp_path: Path) -> None:
+    """inventories/two-clusters.yml (issue 40, part 1): two etcd clusters, three tenants.
+    A plain ansible-playbook run without SANDBOX_CLUSTER is refused before any node exists;
+    `up` converges each cluster; each cluster's verify passes with its own members and
+    tenants only, and every tenant of the other cluster is refused on it with its own
+    certificate (one CA for both: etcd RBAC is what keeps it out); each cluster's RBAC has
+    its own tenants' users only; the clusters are two (different cluster IDs); a second
+    `up` changes nothing; etcdctl without --cluster names the clusters."""
+    reason = podman_usable()
+    if reason:
+        pytest.skip(f"whole-sandbox test needs podman: {reason}")
+    name, path, data = shipped_copy("two-clusters", tmp_path, release_fails=True)
+    state = tmp_path / "state"
+    topo = ["--topology", str(path)]
+    clusters = ["main", "second"]
+    careless = ansible_playbook_line(f"ansible-playbook -i {path} playbooks/site.yml", state)
+    assert careless.returncode != 0, careless.stdout
+    assert ("has 2 etcd clusters (main, second)" in careless.stdout
+            and "SANDBOX_CLUSTER=main ansible-playbook" in careless.stdout), careless.stdout
     assert podman_objects(name) == []
-    networks = subprocess.run(["podman", "network", "exists", f"k0sbox-{name}"], check=False)
-    assert networks.returncode != 0, f"network k0sbox-{name} left behind"
+    try:
+        up = run_sandbox(["up", *topo], state, timeout=UP_TIMEOUT)
+        assert up.returncode == 0, explain(up)
+        for c in clusters:
+            assert f"etcd cluster '{c}': quick check passed" in up.stdout, up.stdout
+            assert f"etcd cluster {c}: 1/1 members healthy" in up.stdout, up.stdout
+        ids = {}
+        for c in clusters:
+            view = _cluster_view(data, c)
+            res = run_sandbox(["verify", "--cluster", c, "--json", *topo], state, timeout=600)
+            assert res.returncode == 0, explain(res)
+            report = json.loads(res.stdout)
+            check_verify_report(report, view, with_api=True)
+            others = [t["name"] for t in data["tenants"] if t["cluster"] != c]
+            foreign = {ch["name"]: ch for ch in report["checks"]
+                       if "(another etcd cluster)" in ch["name"]}
+            assert sorted(foreign) == sorted(
+                f"{t} (another etcd cluster): refused on etcd cluster {c} with its own certificate"
+                for t in others), foreign
+            assert all(ch["ok"] and "permission denied" in ch["detail"]
+                       for ch in foreign.values()), foreign
+            users = run_sandbox(["etcdctl", "--cluster", c, *topo, "user", "list"], state)
+            assert users.returncode == 0, explain(users)
+            assert users.stdout.split() == sorted(
+                ["root", *(t["name"] for t in view["tenants"])]), users.stdout
+            status = run_sandbox(["etcdctl", "--cluster", c, *topo, "endpoint", "status",
+                                  "-w", "json"], state)
+            assert status.returncode == 0, explain(status)
+            ids[c] = json.loads(status.stdout)[0]["Status"]["header"]["cluster_id"]
+        assert ids["main"] != ids["second"], ids
+        which = run_sandbox(["etcdctl", *topo, "member", "list"], state)
+        assert which.returncode == 2 and "--cluster main" in which.stderr, explain(which)
+        noop = run_sandbox(["up", *topo], state, timeout=UP_TIMEOUT)
+        assert noop.returncode == 0 and "nothing to change" in noop.stdout, explain(noop)
+    finally:
+        down_and_gone(name, topo, state)

@@ -197,6 +197,7 @@ def test_invalid_yaml(tmp_path: Path) -> None:
 def test_shipped_topologies_are_valid(path: Path) -> None:
     topo = topology.load(path)
     assert topo.group("etcd"), "every shipped topology has etcd members"
-    assert len(topo.group("etcd")) % 2 == 1
+    for c in topo.clusters:   # each etcd cluster an odd count
+        assert len([n for n in topo.group("etcd") if n.cluster == c]) % 2 == 1
     for t in topo.tenants:
         assert t.controllers

@@ -52,7 +52,7 @@ from .context import (
     run_vars,
     target,
 )
-from .topology import BACKENDS, REPO_ROOT, TopologyError
+from .topology import BACKENDS, REPO_ROOT, Topology, TopologyError
 
 PASSTHROUGH = ("ssh", "etcdctl", "kubectl")
 EXAMPLES = """examples:
@@ -125,20 +125,29 @@ def up_extra_vars(args: argparse.Namespace) -> dict[str, Any]:
     return extra
 
 
-def pki_beside_nodes(ctx: runner.RunContext, sb: Any, extra: dict[str, Any]) -> Any:
+def pki_beside_nodes(ctx: runner.RunContext, topo: Topology, backend: str,
+                     extra: dict[str, Any]) -> Any:
     """A first ``up`` of a TLS sandbox makes its PKI on the control node (playbooks/pki.yml
     without copying, the same variables as site.yml) while the nodes are created and boot:
     the two overlap instead of adding up. site.yml then finds the PKI current and only
     copies. Later runs (PKI there) make or renew certificates in site.yml as before.
     Podman only: a VM's SSH address (a certificate SAN) is known only once it has booted."""
-    if not sb.topo.tls or (sb.topo.state_dir / "pki" / ".inputs.sha256").exists():
+    if not topo.tls or (topo.state_dir / "pki" / ".inputs.sha256").exists():
         return contextlib.nullcontext()
-    return runner.beside(ctx, sb.topo, sb.backend, "pki.yml", {**extra, "pki_distribute": False},
+    return runner.beside(ctx, topo, backend, "pki.yml", {**extra, "pki_distribute": False},
                          "PKI on the control node")
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     sb = resolve(args)
+    if sb.topo.cluster:
+        raise UsageError("up --cluster: up converges every etcd cluster of the topology; "
+                         "leave --cluster out")
+    if sb.backend == "vagrant" and sb.topo.multi_cluster:
+        raise UsageError(f"topology '{sb.topo.name}' has several etcd clusters: the vagrant "
+                         "backend provisions one etcd cluster per topology for now; use "
+                         "--backend podman (docs/day2.md, \"Several etcd clusters in one "
+                         "topology\")")
     need_tool(sb.backend)
     check_owner(sb)
     extra = up_extra_vars(args)
@@ -151,8 +160,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         why = fingerprint.why_converge(sb.topo, sb.backend, extra, args.apiserver)
         if why.unchanged:
             return 0
-    # Every check that needs no node, before anything is created or written (.sandbox/ too).
-    runner.validate(sb.topo, sb.backend, extra)
+    # Every check that needs no node, before anything is created or written (.sandbox/ too):
+    # with several etcd clusters, of each cluster's view (what site.yml converges, one run each).
+    views = sb.topo.views()
+    for view in views:
+        runner.validate(view, sb.backend, extra)
     fingerprint.say_why(sb.topo, why)
     extra["sandbox_validated"] = True  # site.yml skips its own validate phase
     remember(sb)
@@ -180,17 +192,27 @@ def cmd_up(args: argparse.Namespace) -> int:
         if sb.backend == "podman":
             given = fingerprint.inputs(sb.topo, sb.backend, extra)
             extra["sandbox_converge_inputs"] = given   # each node records them at the end
-            with pki_beside_nodes(ctx, sb, extra):
+            with pki_beside_nodes(ctx, views[0], sb.backend, extra):
                 # the stand-in's binaries, mounted read-only into new controllers
                 runner.run_playbook(ctx, sb.topo, sb.backend, "nodes.yml",
                                     {k: v for k, v in extra.items() if k == "crd_apiserver_dir"})
-            # site.yml's converge, then the quick check (ready.yml) instead of verify.yml
-            runner.run_playbook(ctx, sb.topo, sb.backend, "up.yml", extra)
+            # site.yml's converge, then the quick check (ready.yml) instead of verify.yml;
+            # several etcd clusters one after the other (each a view: Topology.view)
+            for view in views:
+                if view.cluster:
+                    ctx.screen.line(f"==> etcd cluster '{view.cluster}': "
+                                    f"{len(view.group('etcd'))} member(s), tenants "
+                                    f"{', '.join(t.name for t in view.tenants) or 'none'}")
+                runner.run_playbook(ctx, view, sb.backend, "up.yml", extra)
             fingerprint.seal(sb.topo, given, extra)
         else:
             runner.vagrant_up(ctx, sb.topo, extra)
     print(f"sandbox: up finished in {time.time() - t0:.0f}s")
-    print(report.checked_line(report.run_report(sb.topo.state_dir, t0)) + "\n")
+    for view in views:
+        prefix = f"etcd cluster '{view.cluster}': " if view.cluster else ""
+        line = report.checked_line(report.run_report(sb.topo.state_dir, t0, view.cluster))
+        print(line.replace("sandbox: ", f"sandbox: {prefix}", 1))
+    print()
     print(report.render(report.collect(sb.topo, sb.backend, verified_since=t0)))
     return 0
 
@@ -231,12 +253,27 @@ def cmd_verify(args: argparse.Namespace) -> int:
                       "nothing to verify with (see scripts/sandbox status)")
     need_tool(sb.backend)
     check_owner(sb)
-    report_path = sb.topo.state_dir / "verify.json"
-    report_path.unlink(missing_ok=True)
+    if args.json and sb.topo.multi_cluster and not sb.topo.cluster:
+        raise UsageError(f"verify --json: topology '{sb.topo.name}' has several etcd clusters "
+                         f"({', '.join(sb.topo.clusters)}), a report each; name one with "
+                         "--cluster")
     out = sys.stderr if args.json else sys.stdout
-    with runner.run_context(sb.topo, "verify", out=out) as ctx:
+    # Several etcd clusters: each cluster's view in turn (--cluster: that one), a report each.
+    for view in sb.topo.views():
+        verify_view(args, view, sb.backend, out)
+    return 0
+
+
+def verify_view(args: argparse.Namespace, topo: Topology, backend: str, out: Any) -> None:
+    report_path = topo.state_dir / report.report_name("verify", topo.cluster)
+    report_path.unlink(missing_ok=True)
+    if topo.cluster and not args.json:
+        print(f"sandbox: verify etcd cluster '{topo.cluster}' (members "
+              f"{', '.join(n.name for n in topo.group('etcd'))}; tenants "
+              f"{', '.join(t.name for t in topo.tenants) or 'none'})", flush=True)
+    with runner.run_context(topo, "verify", out=out) as ctx:
         try:
-            runner.run_playbook(ctx, sb.topo, sb.backend, "verify.yml",
+            runner.run_playbook(ctx, topo, backend, "verify.yml",
                                 {"sandbox_verify_report": str(report_path)})
         finally:
             if args.json and report_path.is_file():
@@ -247,8 +284,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(json.dumps({"passed": True, "report": None}))
     elif not args.json:
         print(report.verify_table(report_path))
-        print(f"sandbox: verify passed (log: {report.display_path(ctx.log_path)})")
-    return 0
+        where = f" for etcd cluster '{topo.cluster}'" if topo.cluster else ""
+        print(f"sandbox: verify passed{where} (log: {report.display_path(ctx.log_path)})")
 
 
 def cmd_ssh(args: argparse.Namespace) -> int:
@@ -258,6 +295,10 @@ def cmd_ssh(args: argparse.Namespace) -> int:
 
 def cmd_etcdctl(args: argparse.Namespace) -> int:
     sb = resolve(args)
+    if sb.topo.multi_cluster and not sb.topo.cluster:
+        raise UsageError(f"etcdctl: topology '{sb.topo.name}' has several etcd clusters "
+                         f"({', '.join(sb.topo.clusters)}); name one: scripts/sandbox etcdctl "
+                         f"--cluster {sb.topo.clusters[0]} ...")
     targets = remote.targets(sb.topo, sb.backend)
     members = [n.name for n in sb.topo.group("etcd")]
     probe = ("command -v etcdctl >/dev/null 2>&1 || { echo 'etcdctl not installed'; exit 0; }; "
@@ -320,6 +361,10 @@ def build_parser() -> Parser:
                              "(default: the one last brought up, else 'default')")
     common.add_argument("--backend", "-b", choices=BACKENDS,
                         help="podman (system containers, default) or vagrant (VMs)")
+    common.add_argument("--cluster", metavar="C",
+                        help="with several etcd clusters in the topology: the one to act on "
+                             "(its members, tenants and their controllers; default: each "
+                             "for up and verify, the tenant's with --tenant)")
     common.add_argument("--verbose", "-v", action="store_true",
                         help="show every Ansible task, not only one line per phase")
     p = Parser(prog="scripts/sandbox",
@@ -388,7 +433,7 @@ def build_parser() -> Parser:
     return p
 
 
-OWN_OPTIONS = {"--topology", "-t", "--backend", "-b", "--tenant"}
+OWN_OPTIONS = {"--topology", "-t", "--backend", "-b", "--tenant", "--cluster"}
 
 
 def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -80,6 +80,9 @@ def resolve(args: argparse.Namespace) -> Sandbox:
         backend = current.get("backend")
     backend = inventory.selected_backend(backend)
     inventory.build(topo, backend)  # the backend must have a network in this topology
+    cluster = getattr(args, "cluster", None)
+    if cluster:
+        topo = topo.view(cluster)
     for w in topo.warnings:
         print(f"sandbox: warning: {w}", file=sys.stderr)
     return Sandbox(topo, backend)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .sandbox_tenants import with_key_prefix
-from .topology import BACKENDS, REPO_ROOT, Topology, TopologyError
+from .topology import BACKENDS, REPO_ROOT, Tenant, Topology, TopologyError
 
 SSH_OPTS = ("-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
             "-o LogLevel=ERROR -o ConnectTimeout=10")
@@ -43,6 +43,14 @@ def vagrant_key(topo: Topology, node: str) -> str:
 VAGRANT_SSH_TIMEOUT = 30
 
 
+def _tenant_var(t: Tenant) -> dict[str, Any]:
+    """A tenant as the roles take it (k0s_tenants), key_prefix normalised here once."""
+    return with_key_prefix({"name": t.name, "prefix": t.prefix,
+                            "controllers": list(t.controllers),
+                            **({"vars": t.vars} if t.vars else {}),
+                            **({"max_bytes": t.max_bytes} if t.max_bytes is not None else {})})
+
+
 def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
     """Inventory as {'hosts': {name: vars}, 'groups': {group: [names]}, 'vars': {...}}."""
     backend = selected_backend(backend)
@@ -52,8 +60,14 @@ def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
     state = topo.state_dir
     hosts: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[str]] = {"etcd": [], "k0s_controller": [], "lb": []}
-    tenant_of = {c: t.name for t in topo.tenants for c in t.controllers}
-    for node in topo.nodes:
+    tenant_of = {c: t.name for t in topo.all_tenants for c in t.controllers}
+    in_view = {n.name for n in topo.nodes}
+    # A topology with several etcd clusters converges one cluster's view at a time
+    # (SANDBOX_CLUSTER; Topology.view): its members, tenants, controllers and load balancers in
+    # the groups; every node a host (the PKI's certificates name them all). The whole file
+    # (no cluster chosen) puts no node in a group: it serves nodes.yml (create, remove) only.
+    whole_multi = topo.multi_cluster and not topo.cluster
+    for node in topo.all_nodes:
         hv: dict[str, Any] = {
             "ansible_host": node.address(backend),
             "node_address": node.address(backend),
@@ -77,11 +91,15 @@ def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
         if node.name in tenant_of:
             hv["k0s_tenant"] = tenant_of[node.name]
         hv.update(node.vars)
+        if topo.multi_cluster and node.cluster:
+            hv["etcd_cluster"] = node.cluster
         hosts[node.name] = hv
-        for g in node.groups:
-            groups[g].append(node.name)
-    for t in topo.tenants:
-        groups[f"tenant_{t.name.replace('-', '_')}"] = list(t.controllers)
+        if node.name in in_view and not whole_multi:
+            for g in node.groups:
+                groups[g].append(node.name)
+    if not whole_multi:
+        for t in topo.tenants:
+            groups[f"tenant_{t.name.replace('-', '_')}"] = list(t.controllers)
     net = topo.networks[backend]
     allvars: dict[str, Any] = {
         "sandbox_name": topo.name,
@@ -92,20 +110,29 @@ def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
                             "gateway": str(net.network_address + 1)},
         "sandbox_nodes": [{"name": n.name, "container": topo.container_name(n),
                            "address": n.address(backend), "groups": list(n.groups)}
-                          for n in topo.nodes],
+                          for n in topo.all_nodes],
         "etcd_tls": topo.tls,
         "etcd_allow_even": topo.allow_even_etcd,
         # key_prefix: the prefix as kube-apiserver uses it, normalised here once for the roles.
-        "k0s_tenants": [with_key_prefix({"name": t.name, "prefix": t.prefix,
-                                         "controllers": list(t.controllers),
-                                         **({"vars": t.vars} if t.vars else {}),
-                                         **({"max_bytes": t.max_bytes}
-                                            if t.max_bytes is not None else {})})
-                        for t in topo.tenants],
+        "k0s_tenants": [_tenant_var(t) for t in topo.tenants],
         "pki_dir": str(state / "pki"),
         # Tenants sharing a TLS cluster are confined to their prefixes by etcd RBAC unless the
         # topology says etcd_rbac: false (one tenant, or plain HTTP: off; RBAC needs TLS).
-        "etcd_rbac": topo.tls and len(topo.tenants) > 1,
+        # With several etcd clusters on every one (topology._multi_cluster_rules says why).
+        "etcd_rbac": topo.tls and (len(topo.tenants) > 1 or topo.multi_cluster),
     }
+    if topo.multi_cluster:
+        members = [n.name for n in topo.all_nodes if "etcd" in n.groups]
+        groups["sandbox_etcd_all"] = members
+        allvars.update({
+            "sandbox_clusters": list(topo.clusters),
+            "sandbox_cluster": topo.cluster,
+            # The PKI (one CA for the sandbox) issues every cluster's member and tenant
+            # certificates in each view's run: the same inputs, so it stays current.
+            "pki_etcd_group": "sandbox_etcd_all",
+            "pki_tenants": [_tenant_var(t) for t in topo.all_tenants],
+        })
+        if topo.cluster:
+            allvars["etcd_initial_cluster_token"] = f"{topo.name}-{topo.cluster}-etcd"
     allvars.update(topo.vars)
     return {"hosts": hosts, "groups": groups, "vars": allvars}

@@ -96,14 +96,20 @@ def _vagrant_states(topo: Topology) -> dict[str, str]:
                      else str(found.get(n.name, "unknown"))) for n in topo.nodes}
 
 
-def run_report(state_dir: Path, since: float) -> Path:
+def report_name(kind: str, cluster: str = "") -> str:
+    """ready.json or verify.json; one etcd cluster's of several: ready-<cluster>.json
+    (roles/sandbox_verify/vars/report.yml)."""
+    return f"{kind}-{cluster}.json" if cluster else f"{kind}.json"
+
+
+def run_report(state_dir: Path, since: float, cluster: str = "") -> Path:
     """The checks' report ``up`` wrote since ``since``: its quick check's (ready.json, podman)
     or, through Vagrant's site.yml, verify's (verify.json); ready.json when neither is new."""
-    for name in ("ready.json", "verify.json"):
-        path = state_dir / name
+    for kind in ("ready", "verify"):
+        path = state_dir / report_name(kind, cluster)
         if path.is_file() and path.stat().st_mtime >= since:
             return path
-    return state_dir / "ready.json"
+    return state_dir / report_name("ready", cluster)
 
 
 def checked_line(path: Path) -> str:
@@ -169,9 +175,15 @@ def collect(topo: Topology, backend: str, verified_since: float | None = None) -
         out = res.stdout.strip() or res.stderr.strip()
         st.api_state[ctrl] = out if res.returncode == 0 else f"unknown ({out[:80]})"
     if topo.tenants and members:
-        st.usage, st.usage_note = (usage.from_report(run_report(topo.state_dir, verified_since),
-                                                     verified_since)
-                                   if verified_since else usage.read(topo, backend, ctrls))
+        # Each etcd cluster's tenants through its view (one view: the topology itself).
+        st.usage, st.usage_note = [], ""
+        for view in topo.views():
+            mine = [c for c in ctrls if c in {n.name for n in view.nodes}]
+            got, note = (usage.from_report(run_report(topo.state_dir, verified_since,
+                                                      view.cluster), verified_since)
+                         if verified_since else usage.read(view, backend, mine))
+            st.usage += got
+            st.usage_note = st.usage_note or note
         for e in st.usage:   # the quota etcd reports, else the one the entry has (usage.quota)
             e["quota_backend_bytes"] = usage.quota(metric=st.quota, configured=e["quota_backend_bytes"])
             if "bytes" in e:
@@ -244,12 +256,19 @@ def render(st: Status) -> str:
     for n in topo.nodes:
         etcd = st.etcd_health.get(n.name, "?" if st.etcd_health else "-") \
             if "etcd" in n.groups else ""
-        rows.append([n.name, ",".join(n.groups), targets[n.name].host,
+        groups = ",".join(n.groups) + (f" ({n.cluster})" if topo.multi_cluster and n.cluster
+                                       else "")
+        rows.append([n.name, groups, targets[n.name].host,
                      st.node_state.get(n.name, "?"), etcd, st.etcd_db.get(n.name, "")])
     out.append(table(["NODE", "GROUPS", "ADDRESS", node_col, "ETCD", "ETCD DB"], rows))
     members = topo.group("etcd")
     healthy = sum(1 for v in st.etcd_health.values() if v == "healthy")
-    if st.etcd_health:
+    if st.etcd_health and topo.multi_cluster:
+        for c in topo.clusters:
+            mine = [n.name for n in members if n.cluster == c]
+            ok = sum(1 for m in mine if st.etcd_health.get(m) == "healthy")
+            out.append(f"etcd cluster {c}: {ok}/{len(mine)} members healthy ({st.etcd_source})")
+    elif st.etcd_health:
         out.append(f"etcd: {healthy}/{len(members)} members healthy ({st.etcd_source})")
     else:
         out.append(f"etcd: health unknown ({st.etcd_note})")
@@ -266,8 +285,12 @@ def render(st: Status) -> str:
                  "; ".join(f"{c}: {st.api_state.get(c, 'node not running')}"
                            for c in t.controllers), kubeconfig_of(topo, t.name)]
                 for t in topo.tenants]
-        out.append(table(["TENANT", "PREFIX", "CONTROLLERS", "KUBERNETES API", "KUBECONFIG"],
-                         rows))
+        head = ["TENANT", "PREFIX", "CONTROLLERS", "KUBERNETES API", "KUBECONFIG"]
+        if topo.multi_cluster:   # the etcd cluster holding each tenant, after its prefix
+            head.insert(2, "ETCD CLUSTER")
+            for row, t in zip(rows, topo.tenants, strict=True):
+                row.insert(2, t.cluster)
+        out.append(table(head, rows))
         out += usage_lines(st)
     out.append("Next:")
     out += [f"  {c}" for c in next_commands(topo)]
@@ -311,7 +334,9 @@ def kubeconfig_of(topo: Topology, tenant: str) -> str:
 def next_commands(topo: Topology) -> list[str]:
     """What to try next, as typed from the repository root (the README test runs them)."""
     members = topo.group("etcd")
-    nxt = ["scripts/sandbox etcdctl member list -w table"]
+    nxt = [f"scripts/sandbox etcdctl --cluster {c} member list -w table"
+           for c in topo.clusters] if topo.multi_cluster else [
+        "scripts/sandbox etcdctl member list -w table"]
     for i, t in enumerate(topo.tenants[:2]):
         if i == 0:
             nxt.append(f"scripts/sandbox kubectl --tenant {t.name} apply -f docs/examples/crd.yaml")

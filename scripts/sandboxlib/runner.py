@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from . import record, sessions
 from .progress import PlaybookView, Screen
-from .topology import REPO_ROOT, Topology
+from .topology import CLUSTER_ENV, REPO_ROOT, Topology
 
 CALLBACK = "sandbox_progress"
 _EOF = "\x04sandbox-progress-end"
@@ -64,6 +64,7 @@ class RunContext:
         )
         if result_file is not None:
             env["SANDBOX_RESULT_FILE"] = str(result_file)
+        env.pop(CLUSTER_ENV, None)   # a run's view is its topology's (cluster_env), never the shell's
         if env.get("SANDBOX_PROFILE") == "1":  # every task's time in the log (bench.slowest)
             env["ANSIBLE_CALLBACKS_ENABLED"] += ",ansible.posix.profile_tasks"
             env.setdefault("PROFILE_TASKS_TASK_OUTPUT_LIMIT", "all")
@@ -202,6 +203,10 @@ def _command(topo: Topology, playbook: str, extra_vars: dict[str, Any] | None,
     path = REPO_ROOT / "playbooks" / playbook
     if not path.is_file():
         raise CommandFailed(f"playbooks/{playbook} does not exist yet")
+    if topo.multi_cluster and not topo.cluster and playbook not in WHOLE_TOPOLOGY_PLAYBOOKS:
+        # Its groups would be empty (inventory.build): every play would match no host.
+        raise CommandFailed(f"topology '{topo.name}' has several etcd clusters "
+                            f"({', '.join(topo.clusters)}): name one with --cluster")
     cmd = [ansible_playbook_bin(), "-i", str(topo.path), str(path)]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
@@ -216,6 +221,17 @@ def _result_file() -> Path:
         return Path(tmp.name)
 
 
+# What runs on a whole topology of several etcd clusters (the nodes); every other playbook
+# on one cluster's view.
+WHOLE_TOPOLOGY_PLAYBOOKS = frozenset({"nodes.yml"})
+
+
+def cluster_env(topo: Topology) -> dict[str, str]:
+    """SANDBOX_CLUSTER for the inventory plugin when ``topo`` is one etcd cluster's view of a
+    topology with several (Topology.view)."""
+    return {CLUSTER_ENV: topo.cluster} if topo.cluster else {}
+
+
 def run_playbook(ctx: RunContext, topo: Topology, backend: str, playbook: str,
                  extra_vars: dict[str, Any] | None = None, limit: str = "") -> None:
     """ansible-playbook -i <topology> playbooks/<playbook> [--limit limit]; raises
@@ -224,10 +240,12 @@ def run_playbook(ctx: RunContext, topo: Topology, backend: str, playbook: str,
     result_file = _result_file()
     try:
         with open(ctx.log_path, "a", encoding="utf-8") as log:
-            log.write(f"\n$ {' '.join(cmd)}\n")
+            view = f"{CLUSTER_ENV}={topo.cluster} " if topo.cluster else ""
+            log.write(f"\n$ {view}{' '.join(cmd)}\n")
             log.flush()
             rc = sessions.run(cmd, f"playbooks/{playbook}", cwd=REPO_ROOT,
-                              env=ctx.env(backend, result_file), stdin=subprocess.DEVNULL,
+                              env={**ctx.env(backend, result_file), **cluster_env(topo)},
+                              stdin=subprocess.DEVNULL,
                               stdout=log, stderr=subprocess.STDOUT)
         if rc != 0:
             raise CommandFailed(_reason(result_file, f"playbooks/{playbook}", rc,
@@ -250,7 +268,8 @@ def beside(ctx: RunContext, topo: Topology, backend: str, playbook: str,
     with open(log_path, "w", encoding="utf-8") as log:
         log.write(f"\n$ {' '.join(cmd)}   # {what}, beside the next step\n")
         log.flush()
-        env = {**ctx.env(backend, result_file), "SANDBOX_PROGRESS_FILE": os.devnull}
+        env = {**ctx.env(backend, result_file), "SANDBOX_PROGRESS_FILE": os.devnull,
+               **cluster_env(topo)}
         proc = sessions.start(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
                               stdout=log, stderr=subprocess.STDOUT)
     label = f"playbooks/{playbook} ({what})"

@@ -8,6 +8,7 @@ Every error is a :class:`TopologyError` whose message names the field and the fi
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -28,8 +29,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
 TOP_KEYS = {"plugin", "name", "description", "tls", "allow_even_etcd", "networks",
             "nodes", "tenants", "vars", "vagrant"}
-NODE_KEYS = {"name", "groups", "host", "addresses", "memory", "cpus", "vars"}
-TENANT_KEYS = {"name", "prefix", "controllers", "vars", "max_bytes"}
+NODE_KEYS = {"name", "groups", "host", "addresses", "memory", "cpus", "vars", "cluster"}
+TENANT_KEYS = {"name", "prefix", "controllers", "vars", "max_bytes", "cluster"}
+# The etcd cluster of members and tenants that name none (issue 40: several in one topology).
+DEFAULT_CLUSTER = "main"
+CLUSTER_RE = re.compile(r"^[a-z]([a-z0-9-]{0,14}[a-z0-9])?$")
+# The environment variable (inventory plugin) that picks one cluster's view of a topology
+# with several etcd clusters: its members, its tenants and their controllers and load balancers.
+CLUSTER_ENV = "SANDBOX_CLUSTER"
 
 # Variables a topology's ``vars`` (its own or a node's) may not set, each with where its
 # value comes from. inventory.build derives these from the topology's own fields: set in vars
@@ -69,6 +76,8 @@ class Node:
     memory: int | None = None
     cpus: int | None = None
     vars: dict[str, Any] = field(default_factory=dict)
+    # The etcd cluster an etcd member belongs to; "" for a node of no etcd group.
+    cluster: str = ""
 
     def address(self, backend: str) -> str:
         return self.addresses[backend]
@@ -83,6 +92,8 @@ class Tenant:
     # Bytes (keys and values under its prefix) verify allows; None: no check. etcd cannot
     # enforce a per-prefix quota (etcd-io/etcd#10084): a check, not a limit.
     max_bytes: int | None = None
+    # The etcd cluster holding its prefix.
+    cluster: str = DEFAULT_CLUSTER
 
     @property
     def normalized_prefix(self) -> str:
@@ -103,6 +114,55 @@ class Topology:
     description: str = ""
     warnings: tuple[str, ...] = ()
     allow_even_etcd: bool = False
+    # Every etcd cluster of the topology file, in order of first member.
+    clusters: tuple[str, ...] = (DEFAULT_CLUSTER,)
+    # The cluster this view shows (view()); "" = the whole file.
+    cluster: str = ""
+    # A view's whole topology: every node and tenant of the file (what view() left out).
+    every_node: tuple[Node, ...] = ()
+    every_tenant: tuple[Tenant, ...] = ()
+
+    @property
+    def multi_cluster(self) -> bool:
+        return len(self.clusters) > 1
+
+    def view(self, cluster: str) -> Topology:
+        """One etcd cluster's part of the topology: its members, its tenants, their
+        controllers and load balancers; the same name, network and state directory (the
+        sandbox's nodes, SSH key and PKI are shared). What site.yml converges in one run."""
+        if cluster not in self.clusters:
+            raise TopologyError(f"cluster: topology '{self.name}' has no etcd cluster "
+                                f"'{cluster}'; its clusters: {', '.join(self.clusters)}")
+        tenants = tuple(t for t in self.tenants if t.cluster == cluster)
+        names = {t.name for t in tenants}
+        ctrls = {c for t in tenants for c in t.controllers}
+        nodes = tuple(n for n in self.nodes
+                      if ("etcd" in n.groups and n.cluster == cluster) or n.name in ctrls
+                      or ("lb" in n.groups and (n.vars or {}).get("lb_tenant") in names))
+        return dataclasses.replace(self, nodes=nodes, tenants=tenants, cluster=cluster,
+                                   every_node=self.nodes, every_tenant=self.tenants)
+
+    def views(self) -> list[Topology]:
+        """What site.yml converges, one run each: the topology itself when it has one etcd
+        cluster or is a view already, else each cluster's view."""
+        if self.cluster or not self.multi_cluster:
+            return [self]
+        return [self.view(c) for c in self.clusters]
+
+    @property
+    def all_nodes(self) -> tuple[Node, ...]:
+        return self.every_node or self.nodes
+
+    @property
+    def all_tenants(self) -> tuple[Tenant, ...]:
+        return self.every_tenant or self.tenants
+
+    def cluster_of_tenant(self, tenant: str) -> str:
+        for t in self.tenants:
+            if t.name == tenant:
+                return t.cluster
+        raise TopologyError(f"tenant: topology '{self.name}' has no tenant '{tenant}'; its "
+                            f"tenants: {', '.join(t.name for t in self.tenants) or 'none'}")
 
     def group(self, group: str) -> list[Node]:
         return [n for n in self.nodes if group in n.groups]
@@ -218,11 +278,18 @@ def _parse_node(i: int, raw: Any, nets: dict[str, ipaddress.IPv4Network]) -> Nod
     nvars = raw.get("vars") or {}
     _require(isinstance(nvars, dict), f"{where}.vars: a mapping of variables")
     _own_vars(f"{where}.vars", nvars)
+    cluster = raw.get("cluster", DEFAULT_CLUSTER if "etcd" in groups else "")
+    if "cluster" in raw:
+        _require("etcd" in groups, f"{where}.cluster: only an etcd member belongs to an etcd "
+                                   "cluster (a controller's is its tenant's); remove it")
+        _require(isinstance(cluster, str) and bool(CLUSTER_RE.match(cluster)),
+                 f"{where}.cluster: '{cluster}' is not a cluster name (lower-case letters, "
+                 f"digits and '-', at most 16, e.g. {DEFAULT_CLUSTER} or second)")
     return Node(name=name, groups=tuple(groups), addresses=addresses,
-                memory=raw.get("memory"), cpus=raw.get("cpus"), vars=nvars)
+                memory=raw.get("memory"), cpus=raw.get("cpus"), vars=nvars, cluster=cluster)
 
 
-def _parse_tenant(i: int, raw: Any, nodes: dict[str, Node]) -> Tenant:
+def _parse_tenant(i: int, raw: Any, nodes: dict[str, Node], clusters: list[str]) -> Tenant:
     where = f"tenants[{i}]"
     _require(isinstance(raw, dict), f"{where}: each tenant is a mapping with name, "
                                     "prefix, controllers")
@@ -248,8 +315,18 @@ def _parse_tenant(i: int, raw: Any, nodes: dict[str, Node]) -> Tenant:
     if "max_bytes" in raw:
         problem = tenant_rules.max_bytes_error(max_bytes)
         _require(not problem, f"{where}.max_bytes: {problem}")
+    if "cluster" in raw:
+        cluster = raw["cluster"]
+        _require(cluster in clusters, f"{where}.cluster: '{cluster}' is no etcd cluster of this "
+                                      f"topology; its clusters: {', '.join(clusters)} (a "
+                                      "member's cluster: key names one)")
+    else:
+        _require(len(clusters) == 1, f"{where}.cluster: this topology has {len(clusters)} etcd "
+                                     f"clusters ({', '.join(clusters)}); say which holds the "
+                                     f"tenant, e.g. cluster: {clusters[0]}")
+        cluster = clusters[0]
     return Tenant(name=name, prefix=prefix, controllers=tuple(ctrls), vars=tvars,
-                  max_bytes=max_bytes)
+                  max_bytes=max_bytes, cluster=cluster)
 
 
 def parse(data: Any, path: Path) -> Topology:
@@ -284,12 +361,16 @@ def parse(data: Any, path: Path) -> Topology:
     _require(bool(etcd), "nodes: no node is in group 'etcd'; the sandbox needs at least one")
     allow_even = data.get("allow_even_etcd", False)
     _require(isinstance(allow_even, bool), "allow_even_etcd: true or false")
-    _require(len(etcd) % 2 == 1 or allow_even,
-             f"nodes: {len(etcd)} etcd members is an even count (no better fault tolerance "
-             f"than {len(etcd) - 1}); use an odd count or set allow_even_etcd: true")
+    clusters = list(dict.fromkeys(n.cluster for n in etcd))
+    for c in clusters:
+        count = sum(1 for n in etcd if n.cluster == c)
+        where = "nodes" if len(clusters) == 1 else f"nodes (cluster {c})"
+        _require(count % 2 == 1 or allow_even,
+                 f"{where}: {count} etcd members is an even count (no better fault tolerance "
+                 f"than {count - 1}); use an odd count or set allow_even_etcd: true")
     raw_tenants = data.get("tenants") or []
     _require(isinstance(raw_tenants, list), "tenants: a list of {name, prefix, controllers}")
-    tenants = [_parse_tenant(i, t, by_name) for i, t in enumerate(raw_tenants)]
+    tenants = [_parse_tenant(i, t, by_name, clusters) for i, t in enumerate(raw_tenants)]
     # The tenant rules (tenants.py): names, prefixes, neither repeated nor nested.
     errors = tenant_rules.tenant_errors(
         [{"name": t.name, "prefix": t.prefix, "controllers": t.controllers} for t in tenants],
@@ -320,12 +401,38 @@ def parse(data: Any, path: Path) -> Topology:
     tvars = data.get("vars") or {}
     _require(isinstance(tvars, dict), "vars: a mapping of variables for every node")
     _own_vars("vars", tvars)
+    if len(clusters) > 1:
+        _multi_cluster_rules(nodes, tenants, tvars, tls)
     vagrant = data.get("vagrant") or {}
     _require(isinstance(vagrant, dict), "vagrant: a mapping (box, memory, cpus)")
     return Topology(name=name, path=path, tls=tls, networks=nets, nodes=tuple(nodes),
                     tenants=tuple(tenants), vars=tvars, vagrant=vagrant,
                     description=str(data.get("description", "")), warnings=tuple(warnings),
-                    allow_even_etcd=allow_even)
+                    allow_even_etcd=allow_even, clusters=tuple(clusters))
+
+
+def _multi_cluster_rules(nodes: list[Node], tenants: list[Tenant], tvars: dict[str, Any],
+                         tls: bool) -> None:
+    """What several etcd clusters in one topology need (docs/day2.md, "Several etcd
+    clusters"): each converged as a view of its own (Topology.view), so a load balancer
+    serves one tenant; and, their members and tenants sharing the sandbox's one CA, etcd
+    RBAC on every TLS cluster: a tenant's certificate is then refused wherever the tenant
+    has no user, instead of reading the whole keyspace of a cluster with auth off."""
+    for n in nodes:
+        if "lb" in n.groups:
+            _require(bool((n.vars or {}).get("lb_tenant")),
+                     f"nodes ({n.name}): with several etcd clusters a load balancer serves one "
+                     "tenant; give it vars {lb_tenant: <tenant>}")
+    for n in nodes:
+        if n.vars and "etcd_rbac" in n.vars:
+            raise TopologyError(f"nodes ({n.name}).vars.etcd_rbac: set per topology, not "
+                                "per node")
+    if tls and "etcd_rbac" in tvars and not tvars["etcd_rbac"]:
+        raise TopologyError(
+            "vars.etcd_rbac: false is refused with several etcd clusters over TLS: they share "
+            "the sandbox's CA, so without RBAC any tenant's certificate could read and write "
+            "the whole keyspace of every cluster; remove it (RBAC confines each tenant to its "
+            "prefix on its own cluster and refuses it on the others)")
 
 
 def resolve_path(name_or_path: str) -> Path:

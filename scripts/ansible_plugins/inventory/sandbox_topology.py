@@ -7,6 +7,7 @@ and the Vagrantfile see exactly the same hosts and variables.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +17,9 @@ short_description: k0s external-etcd sandbox topology files
 description:
   - Reads C(inventories/*.yml) topology files of the k0s external-etcd sandbox.
   - Hosts get C(ansible_host) and C(node_address) for the backend in C(SANDBOX_BACKEND).
+  - A topology with several etcd clusters is read one cluster at a time, the one named in
+    C(SANDBOX_CLUSTER) (its members, tenants, controllers and load balancers in the groups);
+    without it no node is in a group (playbooks/validate.yml says which to name).
 options:
   plugin:
     description: Marks the file as a sandbox topology.
@@ -51,6 +55,9 @@ class InventoryModule(BaseInventoryPlugin):
         super().parse(inventory, loader, path, cache)
         try:
             topo = sandbox_topology.load(Path(path).resolve())
+            cluster = os.environ.get(sandbox_topology.CLUSTER_ENV, "")
+            if cluster:
+                topo = topo.view(cluster)
             data = sandbox_inventory.build(topo)
         except sandbox_topology.TopologyError as exc:
             raise AnsibleParserError(f"{path}: {exc}") from None

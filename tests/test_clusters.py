@@ -1,0 +1,167 @@
+"""Several etcd clusters in one topology (issue 40, part 1): the topology rules, each
+cluster's view (Topology.view), and the inventory each view and the whole file give the
+playbooks (scripts/sandboxlib/inventory.py). The whole sandbox: test_topologies_e2e.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import base_topology, explain, run_sandbox
+from sandboxlib import inventory, runner, topology
+from sandboxlib.topology import TopologyError
+
+
+def two_clusters() -> dict[str, Any]:
+    """main: e1, tenants ta and tb; second: e2, tenant tc behind its own load balancer."""
+    doc = base_topology()
+    doc["nodes"] += [
+        {"name": "e2", "groups": ["etcd"], "host": 12, "cluster": "second"},
+        {"name": "c2", "groups": ["k0s_controller"], "host": 22},
+        {"name": "c3", "groups": ["k0s_controller"], "host": 23},
+        {"name": "c4", "groups": ["k0s_controller"], "host": 24},
+        {"name": "lb3", "groups": ["lb"], "host": 33, "vars": {"lb_tenant": "tc"}},
+    ]
+    doc["tenants"] = [{"name": "ta", "controllers": ["c1"], "cluster": "main"},
+                      {"name": "tb", "controllers": ["c2"], "cluster": "main"},
+                      {"name": "tc", "controllers": ["c3", "c4"], "cluster": "second"}]
+    return doc
+
+
+def test_one_cluster_topology_is_unchanged(write_topology: Callable[..., Path]) -> None:
+    """A topology without cluster keys: one cluster, main; no view, no new variable."""
+    topo = topology.load(write_topology(base_topology()))
+    assert topo.clusters == ("main",) and not topo.multi_cluster
+    assert topo.views() == [topo] and topo.tenants[0].cluster == "main"
+    data = inventory.build(topo, "podman")
+    assert "sandbox_clusters" not in data["vars"] and "sandbox_etcd_all" not in data["groups"]
+    assert "etcd_cluster" not in data["hosts"]["e1"]
+    assert "pki_tenants" not in data["vars"] and data["vars"]["etcd_rbac"] is False
+
+
+def test_each_cluster_view_has_its_members_tenants_controllers_and_lb(
+        write_topology: Callable[..., Path]) -> None:
+    topo = topology.load(write_topology(two_clusters()))
+    assert topo.clusters == ("main", "second") and topo.multi_cluster
+    main, second = topo.views()
+    assert [n.name for n in main.nodes] == ["e1", "c1", "c2"]
+    assert [t.name for t in main.tenants] == ["ta", "tb"]
+    assert [n.name for n in second.nodes] == ["e2", "c3", "c4", "lb3"]
+    assert second.views() == [second] and second.cluster == "second"
+    assert second.state_dir == topo.state_dir and second.network_name() == topo.network_name()
+    assert topo.cluster_of_tenant("tc") == "second"
+    with pytest.raises(TopologyError, match="no etcd cluster 'third'; its clusters: main, second"):
+        topo.view("third")
+
+
+def test_view_inventory_groups_one_cluster_and_the_pki_every_one(
+        write_topology: Callable[..., Path]) -> None:
+    topo = topology.load(write_topology(two_clusters()))
+    data = inventory.build(topo.view("second"), "podman")
+    groups, hvars = data["groups"], data["vars"]
+    assert groups["etcd"] == ["e2"] and groups["k0s_controller"] == ["c3", "c4"]
+    assert groups["lb"] == ["lb3"] and groups["tenant_tc"] == ["c3", "c4"]
+    assert "tenant_ta" not in groups
+    # every node a host (the PKI names them all), every member in the PKI's group
+    assert sorted(data["hosts"]) == sorted(n.name for n in topo.nodes)
+    assert groups["sandbox_etcd_all"] == ["e1", "e2"] and hvars["pki_etcd_group"] == "sandbox_etcd_all"
+    assert [t["name"] for t in hvars["k0s_tenants"]] == ["tc"]
+    assert [t["name"] for t in hvars["pki_tenants"]] == ["ta", "tb", "tc"]
+    assert hvars["pki_tenants"][2]["key_prefix"] == "/tc/"
+    assert hvars["sandbox_cluster"] == "second" and hvars["sandbox_clusters"] == ["main", "second"]
+    assert hvars["etcd_initial_cluster_token"] == "t-unit-second-etcd"
+    # one tenant on this cluster, RBAC still on: the CA is shared
+    assert hvars["etcd_rbac"] is True
+    assert data["hosts"]["e2"]["etcd_cluster"] == "second"
+    assert [n["name"] for n in hvars["sandbox_nodes"]] == [n.name for n in topo.nodes]
+
+
+def test_whole_file_of_several_clusters_groups_no_node(write_topology: Callable[..., Path]) -> None:
+    """Without SANDBOX_CLUSTER no play finds a host (validate.yml names the clusters); the
+    nodes are all there for nodes.yml."""
+    topo = topology.load(write_topology(two_clusters()))
+    data = inventory.build(topo, "podman")
+    assert all(data["groups"][g] == [] for g in ("etcd", "k0s_controller", "lb"))
+    assert not [g for g in data["groups"] if g.startswith("tenant_")]
+    assert len(data["vars"]["sandbox_nodes"]) == len(topo.nodes)
+    assert data["vars"]["sandbox_cluster"] == ""
+
+
+def test_playbooks_other_than_nodes_refuse_the_whole_file(write_topology: Callable[..., Path]) -> None:
+    topo = topology.load(write_topology(two_clusters()))
+    with pytest.raises(runner.CommandFailed, match="several etcd clusters .main, second.: name "
+                                                   "one with --cluster"):
+        runner._command(topo, "backup.yml", None)
+    assert runner._command(topo, "nodes.yml", None)
+    assert runner._command(topo.view("main"), "backup.yml", None)
+    assert runner.cluster_env(topo.view("main")) == {"SANDBOX_CLUSTER": "main"}
+    assert runner.cluster_env(topo) == {}
+
+
+def _mutated(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    doc = two_clusters()
+    change(doc)
+    return doc
+
+
+BAD: list[tuple[str, dict[str, Any], str]] = [
+    ("tenant names no cluster", _mutated(lambda d: d["tenants"][0].pop("cluster")),
+     ("tenants[0] (ta).cluster: this topology has 2 etcd clusters (main, second); say which "
+     "holds the tenant, e.g. cluster: main")),
+    ("tenant names an unknown cluster", _mutated(lambda d: d["tenants"][0].update(cluster="third")),
+     ("tenants[0] (ta).cluster: 'third' is no etcd cluster of this topology; its clusters: "
+     "main, second")),
+    ("controller names a cluster", _mutated(lambda d: d["nodes"][1].update(cluster="main")),
+     "nodes[1] (c1).cluster: only an etcd member belongs to an etcd cluster"),
+    ("bad cluster name", _mutated(lambda d: d["nodes"][2].update(cluster="Second_1")),
+     "nodes[2] (e2).cluster: 'Second_1' is not a cluster name"),
+    ("even count in one cluster",
+     _mutated(lambda d: d["nodes"].append({"name": "e3", "groups": ["etcd"], "host": 13,
+                                           "cluster": "second"})),
+     "nodes (cluster second): 2 etcd members is an even count"),
+    ("load balancer of no tenant", _mutated(lambda d: d["nodes"][-1].pop("vars")),
+     "nodes (lb3): with several etcd clusters a load balancer serves one tenant"),
+    ("rbac off over TLS", _mutated(lambda d: d.update(vars={"etcd_rbac": False})),
+     ("vars.etcd_rbac: false is refused with several etcd clusters over TLS: they share the "
+     "sandbox's CA")),
+]
+
+
+@pytest.mark.parametrize(("case", "doc", "message"), BAD, ids=[c[0] for c in BAD])
+def test_bad_cluster_input_is_refused_naming_the_field(
+        case: str, doc: dict[str, Any], message: str, write_topology: Callable[..., Path]) -> None:
+    with pytest.raises(TopologyError) as err:
+        topology.load(write_topology(doc))
+    assert message in str(err.value), f"{case}: got {err.value}"
+
+
+def test_plain_http_clusters_may_run_without_rbac(write_topology: Callable[..., Path]) -> None:
+    """RBAC needs TLS: over plain HTTP there is no certificate to refuse (docs/security.md)."""
+    doc = two_clusters()
+    doc["tls"] = False
+    topo = topology.load(write_topology(doc))
+    assert inventory.build(topo.view("main"), "podman")["vars"]["etcd_rbac"] is False
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["rotate-ca"], ("rotate-ca: topology 't-unit' has several etcd clusters, which share the "
+                    "sandbox's CA")),
+    (["backup"], ("backup: topology 't-unit' has several etcd clusters (main, second); name the "
+                 "one to act on with --cluster, e.g. --cluster main")),
+    (["etcdctl", "member", "list"], "name one: scripts/sandbox etcdctl --cluster main ..."),
+    (["verify", "--json"], ("verify --json: topology 't-unit' has several etcd clusters (main, "
+                           "second), a report each; name one with --cluster")),
+    (["up", "--cluster", "main"], "up --cluster: up converges every etcd cluster"),
+    (["status", "--cluster", "third"], "no etcd cluster 'third'; its clusters: main, second"),
+], ids=["rotate-ca", "backup", "etcdctl", "verify-json", "up-cluster", "unknown-cluster"])
+def test_cli_names_the_clusters_before_anything_runs(
+        argv: list[str], message: str, write_topology: Callable[..., Path],
+        tmp_path: Path) -> None:
+    """What a command of several etcd clusters needs, said before any node or file changes."""
+    path = write_topology(two_clusters())
+    res = run_sandbox([*argv[:1], "--topology", str(path), *argv[1:]], tmp_path / "state")
+    assert res.returncode == 2, explain(res)
+    assert message in res.stderr, res.stderr
+    assert not (tmp_path / "state").exists()
