@@ -4,13 +4,15 @@ playbooks (scripts/sandboxlib/inventory.py). The whole sandbox: test_topologies_
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import base_topology, explain, run_sandbox
-from sandboxlib import inventory, runner, topology
+from sandboxlib import inventory, migrate, runner, topology
 from sandboxlib.topology import TopologyError
 
 
@@ -67,6 +69,8 @@ def test_view_inventory_groups_one_cluster_and_the_pki_every_one(
     # every node a host (the PKI names them all), every member in the PKI's group
     assert sorted(data["hosts"]) == sorted(n.name for n in topo.nodes)
     assert groups["sandbox_etcd_all"] == ["e1", "e2"] and hvars["pki_etcd_group"] == "sandbox_etcd_all"
+    # each cluster's members, for a tenant's move (k0s_migrate_target_group)
+    assert groups["etcd_cluster_main"] == ["e1"] and groups["etcd_cluster_second"] == ["e2"]
     assert [t["name"] for t in hvars["k0s_tenants"]] == ["tc"]
     assert [t["name"] for t in hvars["pki_tenants"]] == ["ta", "tb", "tc"]
     assert hvars["pki_tenants"][2]["key_prefix"] == "/tc/"
@@ -165,3 +169,85 @@ def test_cli_names_the_clusters_before_anything_runs(
     assert res.returncode == 2, explain(res)
     assert message in res.stderr, res.stderr
     assert not (tmp_path / "state").exists()
+
+
+# -- migrate: what the command decides before any node changes ------------------------------
+@pytest.mark.parametrize(("text", "want"), [
+    ("  - {name: ta, controllers: [c1], cluster: main}  # keep me\n",
+     "  - {name: ta, controllers: [c1], cluster: second}  # keep me\n"),
+    ("  - {name: 'ta', cluster: \"main\", controllers: [c1]}\n",
+     "  - {name: 'ta', cluster: \"second\", controllers: [c1]}\n"),
+], ids=["flow", "quoted"])
+def test_migrate_edits_the_tenants_own_line_only(text: str, want: str, tmp_path: Path) -> None:
+    path = tmp_path / "t.yml"
+    other = "  - {name: tb, controllers: [c2], cluster: main}\n"
+    path.write_text("tenants:\n" + other + text)
+    assert migrate.edit_topology(path, "ta", "main", "second")
+    assert path.read_text() == "tenants:\n" + other + want
+
+
+@pytest.mark.parametrize("item", [
+    "- name: ta\n  controllers:\n  - c1\n  cluster: main  # here\n",
+    "- controllers: [c1]\n  cluster: main\n  name: ta\n",
+], ids=["name-first", "name-last"])
+def test_migrate_edits_a_block_style_tenant(item: str, tmp_path: Path) -> None:
+    """As yaml.safe_dump writes a topology: the tenant's own cluster key only."""
+    path = tmp_path / "t.yml"
+    other = "- name: tb\n  controllers:\n  - c2\n  cluster: main\n"
+    path.write_text("tenants:\n" + other + item + other.replace("tb", "tc"))
+    assert migrate.edit_topology(path, "ta", "main", "second")
+    data = yaml.safe_load(path.read_text())
+    assert [t["cluster"] for t in data["tenants"]] == ["main", "second", "main"]
+    assert path.read_text().count("second") == 1
+
+
+def test_migrate_leaves_an_unclear_tenant_to_the_user(tmp_path: Path) -> None:
+    """The tenant's cluster nowhere the command can tell: nothing written, it says the line."""
+    path = tmp_path / "t.yml"
+    text = "tenants:\n  - {name: ta,\n     cluster: main}\n  - {name: tab, cluster: main}\n"
+    path.write_text(text)
+    assert not migrate.edit_topology(path, "ta", "main", "second")
+    assert path.read_text() == text
+
+
+def test_an_unfinished_move_stops_up_and_other_moves(write_topology: Callable[..., Path],
+                                                     tmp_path: Path) -> None:
+    path = write_topology(two_clusters())
+    state = tmp_path / "state"
+    (state / "t-unit").mkdir(parents=True)
+    (state / "t-unit" / "migrate-ta.json").write_text(json.dumps(
+        {"tenant": "ta", "from": "main", "to": "second", "step": "switched"}))
+    for argv, message in (
+            (["up"], ("up: tenant ta's move from etcd cluster main to second is unfinished; "
+                     "finish it first: scripts/sandbox migrate --tenant ta --to second")),
+            (["migrate", "--tenant", "ta", "--to", "main"],
+             "migrate: tenant ta's move from main to second is unfinished; finish it first"),
+            (["migrate", "--tenant", "tb", "--to", "second"],
+             "migrate: tenant ta's move from etcd cluster main to second is unfinished")):
+        res = run_sandbox([argv[0], "--topology", str(path), *argv[1:]], state)
+        assert res.returncode == 2 and message in res.stderr, explain(res)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--tenant", "ta", "--to", "main"], "migrate: tenant ta is on etcd cluster main already"),
+    (["--tenant", "ta", "--to", "third"],
+     "migrate --to: topology 't-unit' has no etcd cluster 'third'; its clusters: main, second"),
+    (["--tenant", "tz", "--to", "second"], "migrate --tenant: no tenant 'tz' in topology"),
+    (["--tenant", "ta", "--to", "second", "--cluster", "main"], "leave --cluster out"),
+], ids=["same-cluster", "unknown-cluster", "unknown-tenant", "with-cluster"])
+def test_migrate_refuses_bad_input_before_anything_runs(
+        argv: list[str], message: str, write_topology: Callable[..., Path],
+        tmp_path: Path) -> None:
+    path = write_topology(two_clusters())
+    res = run_sandbox(["migrate", "--topology", str(path), *argv], tmp_path / "state")
+    assert res.returncode == 2 and message in res.stderr, explain(res)
+    assert not (tmp_path / "state").exists()
+
+
+def test_migrate_needs_a_second_cluster(write_topology: Callable[..., Path],
+                                        tmp_path: Path) -> None:
+    path = write_topology(base_topology())
+    res = run_sandbox(["migrate", "--topology", str(path), "--tenant", "ta", "--to", "main"],
+                      tmp_path / "state")
+    assert res.returncode == 2, explain(res)
+    assert "has one etcd cluster (main); add another" in res.stderr

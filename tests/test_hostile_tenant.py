@@ -169,7 +169,13 @@ def _script(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 def _attack(m: Member, mode: str, nospace: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """prepare (admin), tenant-a's attempts, finish (admin): as playbooks/attack.yml runs them."""
     tenants = [{"name": n, "prefix": p} for n, p in TENANTS.items()]
-    prep = _script("hostile_admin.py", {"op": "prepare", "etcdctl": m.ctl("root"), "tenants": tenants})
+    # each tenant's keys kept in a root-only file on the member, as attack_prepare.yml keeps
+    # them: a tenant of thousands of objects is more than a command line holds
+    keys_file = Path(m.tmp) / "k0sbox" / "attack-keys.json"
+    prep = _script("hostile_admin.py", {"op": "prepare", "etcdctl": m.ctl("root"), "tenants": tenants,
+                                        "keys_file": str(keys_file)})
+    assert "keys" not in prep and prep["key_counts"]["tenant-b"] >= 1
+    assert keys_file.stat().st_mode & 0o777 == 0o600
     spec = {"etcdctl": m.ctl("tenant-a"), "tenant": "tenant-a", "prefix": TENANTS["tenant-a"],
             "ca": f"{m.tmp}/ca.crt", "cert": f"{m.tmp}/tenant-a.crt", "key": f"{m.tmp}/tenant-a.key",
             "victims": [prep["targets"]["tenant-b"]],
@@ -188,8 +194,9 @@ def _attack(m: Member, mode: str, nospace: bool) -> tuple[dict[str, Any], dict[s
         m.admin("alarm", "disarm")
         recovered.append("NOSPACE undone")
     done = _script("hostile_admin.py", {"op": "finish", "etcdctl": m.ctl("root"),
-                                        "targets": prep["targets"], "keys": prep["keys"],
+                                        "targets": prep["targets"], "keys_file": prep["keys_file"],
                                         "recovered": recovered})
+    assert not keys_file.exists() and done["kept"] == prep["key_counts"]
     return attack, done
 
 

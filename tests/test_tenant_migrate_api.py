@@ -101,6 +101,25 @@ def _pki(d: Path) -> None:
         "current-context": "none"}))
 
 
+def https_call(url: str, ctx: ssl.SSLContext, method: str, path: str, body: Any = None,
+               timeout: float = 10) -> tuple[int, Any]:
+    """One request to a Kubernetes API: (status, JSON, or the text: /readyz answers "ok"; a
+    watch's first event only)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    first = raw.split(b"\n", 1)[0]
+    try:
+        return status, json.loads(first or b"null")
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
 class Api:
     """The CRD API server of one tenant on loopback, against one etcd cluster."""
 
@@ -135,23 +154,7 @@ class Api:
             self.proc = None
 
     def call(self, method: str, path: str, body: Any = None, timeout: float = 10) -> tuple[int, Any]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, context=self.ctx, timeout=timeout) as resp:
-                return resp.status, self.parse(resp.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, self.parse(exc.read())
-
-    @staticmethod
-    def parse(body: bytes) -> Any:
-        """JSON, or the text (/readyz answers "ok"); a watch's first event only."""
-        first = body.split(b"\n", 1)[0]
-        try:
-            return json.loads(first or b"null")
-        except ValueError:
-            return body.decode(errors="replace")
+        return https_call(self.url, self.ctx, method, path, body, timeout)
 
     def ready(self, deadline: float) -> None:
         while time.monotonic() < deadline:

@@ -32,6 +32,7 @@ from . import (
     fingerprint,
     inventory,
     kube,
+    migrate,
     progress,
     remote,
     report,
@@ -148,6 +149,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                          "backend provisions one etcd cluster per topology for now; use "
                          "--backend podman (docs/day2.md, \"Several etcd clusters in one "
                          "topology\")")
+    migrate.refuse_if_unfinished(sb.topo, "up")
     need_tool(sb.backend)
     check_owner(sb)
     extra = up_extra_vars(args)
@@ -430,6 +432,7 @@ def build_parser() -> Parser:
     day2.add_commands(add)
     chaos.add_commands(add)
     attack.add_commands(add)
+    migrate.add_commands(add)
     return p
 
 

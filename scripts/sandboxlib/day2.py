@@ -82,10 +82,16 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
             arg.add_to(parser, row.entry)
 
 
+# Entry points of commands that are no row (their own modules): scripts/sandbox migrate's
+# playbook runs k0s_controller's tenant_migrate (migrate.py).
+OTHER_ENTRY_POINTS = frozenset({"k0s_controller/tenant_migrate"})
+
+
 def entry_points() -> set[str]:
     """Every entry point whose options are a day-2 command's inputs."""
     rows = [*DAY2, *(v for row in DAY2 for v in row.variants)]
-    return {row.entry for row in rows} | {a.entry for row in DAY2 for a in row.arguments if a.entry}
+    return ({row.entry for row in rows} | {a.entry for row in DAY2 for a in row.arguments if a.entry}
+            | OTHER_ENTRY_POINTS)
 
 
 # -- guards and closing lines, row by row -------------------------------------------------

@@ -43,6 +43,12 @@ def vagrant_key(topo: Topology, node: str) -> str:
 VAGRANT_SSH_TIMEOUT = 30
 
 
+def cluster_group(cluster: str) -> str:
+    """The inventory group of one etcd cluster's members (every view of a topology with
+    several has each): etcd_cluster_<name>, '-' as '_' (Ansible's group names)."""
+    return "etcd_cluster_" + cluster.replace("-", "_")
+
+
 def _tenant_var(t: Tenant) -> dict[str, Any]:
     """A tenant as the roles take it (k0s_tenants), key_prefix normalised here once."""
     return with_key_prefix({"name": t.name, "prefix": t.prefix,
@@ -124,6 +130,10 @@ def build(topo: Topology, backend: str | None = None) -> dict[str, Any]:
     if topo.multi_cluster:
         members = [n.name for n in topo.all_nodes if "etcd" in n.groups]
         groups["sandbox_etcd_all"] = members
+        # each cluster's members, in every view: what a tenant's move points it at
+        for c in topo.clusters:
+            groups[cluster_group(c)] = [n.name for n in topo.all_nodes
+                                        if "etcd" in n.groups and n.cluster == c]
         allvars.update({
             "sandbox_clusters": list(topo.clusters),
             "sandbox_cluster": topo.cluster,

@@ -13,8 +13,9 @@ prepare: for each tenant a key under its prefix with a lease attached (the other
   each tenant's keys as they are (key, create and mod revision, version, lease, sha256 of the
   value). Prints {"targets": {tenant: {...}}, "keys": {tenant:
   [[key, create, mod, version, lease, sha256], ...]}}; a target: {tenant, prefix, key, lease,
-  empty_leases: {attacking tenant: lease}}.
-finish (also: targets, keys from prepare; recovered: what the caller undid before, said again
+  empty_leases: {attacking tenant: lease}}. With keys_file (a path on the member): the keys
+  written there (0600) instead, and {"targets", "keys_file", "key_counts"} printed.
+finish (also: targets, keys or keys_file from prepare (the file removed after); recovered: what the caller undid before, said again
   in the result). The caller deletes the attempts' fill and undoes NOSPACE first, as
   `scripts/sandbox defrag --compact` does (roles/etcd/tasks/defrag/cluster.yml; sandbox_verify's
   tasks/attack_finish.yml); then:
@@ -32,8 +33,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 WORK = "k0sbox-attack/"
@@ -94,6 +97,17 @@ def prepare(a: Admin, spec: dict[str, Any]) -> dict[str, Any]:
         targets[t["name"]] = {"tenant": t["name"], "prefix": t["prefix"], "key": key,
                               "lease": lease, "empty_leases": empty}
         keys[t["name"]] = a.keys(t["prefix"])
+    if spec.get("keys_file"):
+        # Kept on the member for finish, not passed back through the command line: a tenant
+        # of a few thousand objects is more than one argument may hold (Linux's 128 kB
+        # MAX_ARG_STRLEN: "Argument list too long" from a verify after a move of 700 objects).
+        path = Path(spec["keys_file"])
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(keys, fh)
+        return {"targets": targets, "keys_file": str(path),
+                "key_counts": {n: len(k) for n, k in keys.items()}}
     return {"targets": targets, "keys": keys}
 
 
@@ -118,11 +132,17 @@ def finish(a: Admin, spec: dict[str, Any]) -> dict[str, Any]:
             result["recovered"].append(f"member {mid} added by an attempt removed" if rc == 0
                                        else f"member remove {mid}: {out[-200:]}")
     changed: dict[str, list[str]] = {}
+    kept = spec.get("keys")
+    if kept is None and spec.get("keys_file"):
+        path = Path(spec["keys_file"])
+        kept = json.loads(path.read_text())
+        path.unlink()
+    kept = kept or {}
     for name, target in (spec.get("targets") or {}).items():
         for lease in [target["lease"], *(target.get("empty_leases") or {}).values()]:
             a.run("lease", "revoke", lease)   # gone already when an attempt revoked it
         a.run("del", "--prefix", target["prefix"] + WORK)
-        before = {k[0]: k for k in spec.get("keys", {}).get(name, [])}
+        before = {k[0]: k for k in kept.get(name, [])}
         after = {k[0]: k for k in a.keys(target["prefix"])}
         diff = [f"{k} deleted" for k in sorted(before.keys() - after.keys())]
         diff += [f"{k} written (not there before)" for k in sorted(after.keys() - before.keys())]
@@ -131,7 +151,7 @@ def finish(a: Admin, spec: dict[str, Any]) -> dict[str, Any]:
         if diff:
             changed[name] = diff
     result["changed"] = changed
-    result["kept"] = {name: len(k) for name, k in (spec.get("keys") or {}).items()}
+    result["kept"] = {name: len(k) for name, k in kept.items()}
     rc, out = a.run("endpoint", "health", "--cluster")
     result["healthy"] = rc == 0 and "unhealthy" not in out
     result["health"] = " | ".join(out.splitlines()[:5])
