@@ -53,7 +53,7 @@ def test_each_cluster_view_has_its_members_tenants_controllers_and_lb(
     assert [n.name for n in second.nodes] == ["e2", "c3", "c4", "lb3"]
     assert second.views() == [second] and second.cluster == "second"
     assert second.state_dir == topo.state_dir and second.network_name() == topo.network_name()
-    assert topo.cluster_of_tenant("tc") == "second"
+    assert {t.name: t.cluster for t in topo.tenants}["tc"] == "second"
     with pytest.raises(TopologyError, match="no etcd cluster 'third'; its clusters: main, second"):
         topo.view("third")
 

@@ -46,9 +46,8 @@ def run(command: Row, args: argparse.Namespace) -> int:
                          "(docs/day2.md, \"Several etcd clusters in one topology\")")
     if row.selector and topo.multi_cluster and not topo.cluster:
         # One tenant's: on the etcd cluster holding it.
-        name = getattr(args, row.selector)
-        tenant_named(call, command.name, name)
-        call.sb = Sandbox(topo.view(topo.cluster_of_tenant(name)), call.sb.backend)
+        tenant = tenant_named(call, command.name, getattr(args, row.selector))
+        call.sb = Sandbox(topo.view(tenant.cluster), call.sb.backend)
     elif topo.multi_cluster and not topo.cluster:
         raise UsageError(f"{command.name}: topology '{topo.name}' has several etcd clusters "
                          f"({', '.join(topo.clusters)}); name the one to act on with "

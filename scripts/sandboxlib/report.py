@@ -178,7 +178,8 @@ def collect(topo: Topology, backend: str, verified_since: float | None = None) -
         # Each etcd cluster's tenants through its view (one view: the topology itself).
         st.usage, st.usage_note = [], ""
         for view in topo.views():
-            mine = [c for c in ctrls if c in {n.name for n in view.nodes}]
+            in_view = {n.name for n in view.nodes}
+            mine = [c for c in ctrls if c in in_view]
             got, note = (usage.from_report(run_report(topo.state_dir, verified_since,
                                                       view.cluster), verified_since)
                          if verified_since else usage.read(view, backend, mine))

@@ -157,13 +157,6 @@ class Topology:
     def all_tenants(self) -> tuple[Tenant, ...]:
         return self.every_tenant or self.tenants
 
-    def cluster_of_tenant(self, tenant: str) -> str:
-        for t in self.tenants:
-            if t.name == tenant:
-                return t.cluster
-        raise TopologyError(f"tenant: topology '{self.name}' has no tenant '{tenant}'; its "
-                            f"tenants: {', '.join(t.name for t in self.tenants) or 'none'}")
-
     def group(self, group: str) -> list[Node]:
         return [n for n in self.nodes if group in n.groups]
 
