@@ -140,8 +140,7 @@ def explain(res: subprocess.CompletedProcess[str]) -> str:
 
 # The shipped topologies the whole-sandbox tests run, each with a podman subnet of its own.
 E2E_SUBNETS = {"default": "10.213.71.0/24", "no-tls": "10.213.72.0/24",
-               "multi-tenant": "10.213.73.0/24", "ha": "10.213.74.0/24",
-               "two-clusters": "10.213.75.0/24"}
+               "multi-tenant": "10.213.73.0/24", "ha": "10.213.74.0/24"}
 
 
 def shipped_copy(name: str, where: Path, *,

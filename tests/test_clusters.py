@@ -1,6 +1,7 @@
 """Several etcd clusters in one topology (issue 40, part 1): the topology rules, each
 cluster's view (Topology.view), and the inventory each view and the whole file give the
-playbooks (scripts/sandboxlib/inventory.py). The whole sandbox: test_topologies_e2e.py."""
+playbooks (scripts/sandboxlib/inventory.py). The whole sandbox: the tenant_migrate Molecule
+scenario (two clusters up, verified, a tenant moved under load)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import base_topology, explain, run_sandbox
+from conftest import REPO_ROOT, base_topology, explain, podman_objects, run_sandbox
 from sandboxlib import inventory, migrate, runner, topology
 from sandboxlib.topology import TopologyError
+from test_topologies_e2e import ansible_playbook_line
 
 
 def two_clusters() -> dict[str, Any]:
@@ -102,6 +104,23 @@ def test_playbooks_other_than_nodes_refuse_the_whole_file(write_topology: Callab
     assert runner._command(topo.view("main"), "backup.yml", None)
     assert runner.cluster_env(topo.view("main")) == {"SANDBOX_CLUSTER": "main"}
     assert runner.cluster_env(topo) == {}
+
+
+def test_site_yml_on_the_whole_file_is_refused_before_any_node(tmp_path: Path) -> None:
+    """The careless operator: `ansible-playbook -i two-clusters.yml playbooks/site.yml` as
+    typed, without SANDBOX_CLUSTER: validate.yml stops it, naming the clusters and the line
+    to type, and no container or network of the sandbox exists."""
+    doc = yaml.safe_load((REPO_ROOT / "inventories" / "two-clusters.yml").read_text())
+    doc["name"] = "t-careless"
+    doc["networks"] = {"podman": "10.213.58.0/24"}
+    path = tmp_path / "t-careless.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    careless = ansible_playbook_line(f"ansible-playbook -i {path} playbooks/site.yml",
+                                     tmp_path / "state")
+    assert careless.returncode != 0, careless.stdout
+    assert ("has 2 etcd clusters (main, second)" in careless.stdout
+            and "SANDBOX_CLUSTER=main ansible-playbook" in careless.stdout), careless.stdout
+    assert podman_objects("t-careless") == []
 
 
 def _mutated(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
@@ -226,6 +245,20 @@ def test_an_unfinished_move_stops_up_and_other_moves(write_topology: Callable[..
              "migrate: tenant ta's move from etcd cluster main to second is unfinished")):
         res = run_sandbox([argv[0], "--topology", str(path), *argv[1:]], state)
         assert res.returncode == 2 and message in res.stderr, explain(res)
+    # switched: the tenant runs on the target, nothing to drop
+    for flag, message in (("--abort", ("migrate --abort: tenant ta was switched to etcd cluster "
+                                       "second already and runs there; finish the move")),
+                          ("--copy-only", "migrate --copy-only: tenant ta was switched")):
+        res = run_sandbox(["migrate", "--topology", str(path), "--tenant", "ta", "--to",
+                           "second", flag], state)
+        assert res.returncode == 2 and message in res.stderr, explain(res)
+    # a copy alone (--copy-only, or a move cut short before its switch): up names both ways
+    (state / "t-unit" / "migrate-ta.json").write_text(json.dumps(
+        {"tenant": "ta", "from": "main", "to": "second", "step": "copy"}))
+    res = run_sandbox(["up", "--topology", str(path)], state)
+    assert res.returncode == 2 and (
+        "finish it first: scripts/sandbox migrate --tenant ta --to second, or drop it: "
+        "scripts/sandbox migrate --tenant ta --to second --abort") in res.stderr, explain(res)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -234,7 +267,12 @@ def test_an_unfinished_move_stops_up_and_other_moves(write_topology: Callable[..
      "migrate --to: topology 't-unit' has no etcd cluster 'third'; its clusters: main, second"),
     (["--tenant", "tz", "--to", "second"], "migrate --tenant: no tenant 'tz' in topology"),
     (["--tenant", "ta", "--to", "second", "--cluster", "main"], "leave --cluster out"),
-], ids=["same-cluster", "unknown-cluster", "unknown-tenant", "with-cluster"])
+    (["--tenant", "ta", "--to", "second", "--abort"],
+     "migrate --abort: tenant ta has no unfinished move"),
+    (["--tenant", "ta", "--to", "second", "--abort", "--copy-only"],
+     "--abort drops an unfinished move, --copy-only begins one"),
+], ids=["same-cluster", "unknown-cluster", "unknown-tenant", "with-cluster", "abort-nothing",
+        "abort-and-copy"])
 def test_migrate_refuses_bad_input_before_anything_runs(
         argv: list[str], message: str, write_topology: Callable[..., Path],
         tmp_path: Path) -> None:

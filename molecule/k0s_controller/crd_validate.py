@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Validate a k0s.yaml against k0s's own ClusterConfig CRD schema (openAPIV3Schema).
 
 usage: crd_validate.py CRD.yaml K0S.yaml  -> exit 0 valid, 1 invalid (errors printed)

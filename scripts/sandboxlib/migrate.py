@@ -18,8 +18,11 @@ The steps, each a playbook run on one cluster's view (Topology.view):
 
 A record in the state directory (``migrate-<tenant>.json``: from, to, the step reached) names an
 interrupted move: ``migrate`` again with the same ``--to`` resumes it (the engine's own marker
-resumes a copy), ``up`` refuses to run meanwhile (it would point the tenant back at the
-cluster the topology still names).
+resumes a copy, its receipt keeps a target whose final step ran), ``--abort`` drops it while
+the tenant has not been switched (the copy, the target's user and role removed, its API
+servers started where an interrupted freeze stopped them); ``up`` refuses to run meanwhile (it
+would point the tenant back at the cluster the topology still names). ``--copy-only`` makes
+steps 1-2 alone and keeps the record: the freeze later has only the changes since.
 """
 
 from __future__ import annotations
@@ -59,9 +62,11 @@ def refuse_if_unfinished(topo: Topology, command: str) -> None:
     """``up`` (and the like) while a move is unfinished would point the tenant back at the
     cluster the topology still names."""
     for rec in unfinished(topo):
+        line = f"scripts/sandbox migrate --tenant {rec['tenant']} --to {rec['to']}"
+        drop = f", or drop it: {line} --abort" if rec.get("step") == "copy" else ""
         raise UsageError(f"{command}: tenant {rec['tenant']}'s move from etcd cluster "
                          f"{rec['from']} to {rec['to']} is unfinished; finish it first: "
-                         f"scripts/sandbox migrate --tenant {rec['tenant']} --to {rec['to']}")
+                         f"{line}{drop}")
 
 
 def edit_topology(path: Path, tenant: str, old: str, new: str) -> bool:
@@ -141,6 +146,21 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                          f"'{args.to}'; its clusters: {', '.join(topo.clusters)}")
     path = record_path(topo, tenant.name)
     rec: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    if args.abort and args.copy_only:
+        raise UsageError("migrate: --abort drops an unfinished move, --copy-only begins one; "
+                         "give one of them")
+    if args.abort and not rec:
+        raise UsageError(f"migrate --abort: tenant {tenant.name} has no unfinished move "
+                         f"(no {report.display_path(path)})")
+    if args.abort and rec.get("step") != "copy":
+        raise UsageError(f"migrate --abort: tenant {tenant.name} was switched to etcd cluster "
+                         f"{rec['to']} already and runs there; finish the move: scripts/sandbox "
+                         f"migrate --tenant {tenant.name} --to {rec['to']} (then move it back "
+                         f"with --to {rec['from']} if wanted)")
+    if args.copy_only and rec.get("step", "copy") != "copy":
+        raise UsageError(f"migrate --copy-only: tenant {tenant.name} was switched to etcd "
+                         f"cluster {rec['to']} already; finish the move: scripts/sandbox "
+                         f"migrate --tenant {tenant.name} --to {rec['to']}")
     if rec and rec["to"] != args.to:
         raise UsageError(f"migrate: tenant {tenant.name}'s move from {rec['from']} to "
                          f"{rec['to']} is unfinished; finish it first: scripts/sandbox migrate "
@@ -158,9 +178,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                   "prefix": tenant.normalized_prefix, "started": time.time()}
     path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    print(f"sandbox: migrate tenant {tenant.name} ({tenant.normalized_prefix}) from etcd "
+    resuming = bool(rec.get("resumed"))
+    what = "drop the unfinished move of" if args.abort else "migrate"
+    print(f"sandbox: {what} tenant {tenant.name} ({tenant.normalized_prefix}) from etcd "
           f"cluster {source} to {args.to}"
-          + (f" (resuming: {rec['step']})" if rec.get("resumed") else ""), flush=True)
+          + (" (its copy alone)" if args.copy_only else "")
+          + (f" (resuming: {rec['step']})" if resuming and not args.abort else ""), flush=True)
     rec["resumed"] = True
     figures: dict[str, Any] = {}
     with runner.run_context(topo, "migrate") as ctx:
@@ -180,13 +203,38 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         save(rec["step"])
         moving = {"k0s_migrate_tenant": tenant.name,
                   "k0s_migrate_target_group": inventory.cluster_group(args.to),
-                  "k0s_migrate_force": bool(args.force)}
-        if rec["step"] == "copy":
-            target = topo.view(args.to)
+                  "k0s_migrate_force": bool(args.force), "k0s_migrate_resume": resuming}
+        if args.abort:
+            got = step(topo.view(source), "tenant-migrate.yml",
+                       {**moving, "k0s_migrate_phase": "abort"})
+            path.unlink()
+            removed = (got.get("engine") or {}).get("removed", "?")
+            print(f"sandbox: tenant {tenant.name}'s move to etcd cluster {args.to} dropped: it "
+                  f"runs on {source} as before; on {args.to}: its copy ({removed} keys), etcd "
+                  f"user and role removed ({time.time() - t0:.0f}s)")
+            return 0
+        target = topo.view(args.to)
+        # the tenant's user and role on the target, beside its own tenants'
+        rbac = {"etcd_rbac_tenants": [[t.name, t.normalized_prefix]
+                                      for t in (*target.tenants, tenant)]}
+        if rec["step"] == "copy" and args.copy_only:
             if topo.tls:
-                # the tenant's user and role on the target, beside its own tenants'
-                step(target, "etcd-rbac.yml", {"etcd_rbac_tenants": [
-                    [t.name, t.normalized_prefix] for t in (*target.tenants, tenant)]})
+                step(target, "etcd-rbac.yml", rbac)
+            got = step(topo.view(source), "tenant-migrate.yml",
+                       {**moving, "k0s_migrate_phase": "sync"})
+            sync = got.get("engine") or {}
+            print(f"sandbox: tenant {tenant.name} copied to etcd cluster {args.to} while it "
+                  f"serves: {sync.get('copied', '?')} keys at source revision "
+                  f"{sync.get('copy_revision', '?')}, then {sync.get('applied_revisions', 0)} "
+                  f"revisions of changes ({time.time() - t0:.0f}s); it still runs on {source}.\n"
+                  f"    the freeze, when wanted (only the changes since): scripts/sandbox "
+                  f"migrate --tenant {tenant.name} --to {args.to}\n"
+                  f"    or drop the copy: scripts/sandbox migrate --tenant {tenant.name} "
+                  f"--to {args.to} --abort")
+            return 0
+        if rec["step"] == "copy":
+            if topo.tls:
+                step(target, "etcd-rbac.yml", rbac)
             # sync while it serves, then the freeze, in one run (its connections warm)
             got = step(topo.view(source), "tenant-migrate.yml",
                        {**moving, "k0s_migrate_phase": "move"})
@@ -248,3 +296,9 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
     p.add_argument("--keep-source", action="store_true",
                    help="keep the tenant's keys on the source (its user and role go: nothing "
                         "writes them)")
+    p.add_argument("--copy-only", action="store_true",
+                   help="copy the tenant to the target while it serves and stop there: a later "
+                        "migrate freezes it for the changes since, --abort drops the copy")
+    p.add_argument("--abort", action="store_true",
+                   help="drop an unfinished move that has not switched the tenant: its copy, "
+                        "user and role leave the target, its API servers run on the source")

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """tenant_migrate.py: one tenant's prefix moved from one etcd cluster to another while the
 tenant's API servers keep serving, its writes frozen only for the last changes (issue 40's
-engine; the command and the topology of several clusters around it are still to come).
+engine; `scripts/sandbox migrate` and playbooks/tenant-migrate.yml run it).
 
 Run on a node that holds the tenant's client certificate of both clusters, with the nodes'
 python3 and Debian's python3-etcd3 (etcd's generated v3 stubs over grpc; the chaos agent uses
-the same). Two steps, each a run of this script, each resumable:
+the same). Three steps, each a run of this script; sync and final resumable:
 
   sync   copy the prefix at one revision R of the source (paged reads, all at R) into the
          empty prefix of the target, then apply every later change of the source's prefix
@@ -13,8 +13,19 @@ the same). Two steps, each a run of this script, each resumable:
          to the source under the prefix comes back through the watch: everything before the
          fence is on the target. Run while the tenant serves, as often as wanted: each run
          starts where the last one stopped (the target's in-progress marker says where).
+         Before its first write to the target, the room check: the copy and the revision
+         raise must fit in 90 % of the target's quota.
   final  the same catch-up once the caller has stopped the tenant's API servers (the freeze),
-         then the marker removed: the target's prefix is the tenant's.
+         then the marker removed and final's receipt put, in one transaction: the target's
+         prefix is the tenant's. With ``resume`` (the command's rerun of an interrupted move),
+         a receipt of this source makes sync and final do nothing: the move's final step ran
+         and the tenant's API servers may already write there.
+  abort  an unfinished move dropped: this migration's copy removed from the target (its
+         marker says it is this migration's), refused once final's receipt is there.
+
+Changes the source compacted before a run read them (kube-apiserver compacts every 5
+minutes: a resumed move often finds them gone): the copy is made afresh over this migration's
+own, then the catch-up from it.
 
 Order and atomicity: etcd's watch never splits the events of one revision over two
 responses (etcd API guarantees, Watch APIs, "Atomic": "a list of events is guaranteed to
@@ -36,7 +47,9 @@ Keys of the protocol, under the prefix (kube-apiserver reads only <prefix><resou
 never sees them): ``<prefix>k0sbox-migrate-in-progress`` on the target (JSON: source, copy
 revision, the source revision applied last, phase), ``<prefix>k0sbox-migrate-bump`` on the
 target (the revision raise's writes), ``<prefix>k0sbox-migrate-fence`` on the source (a
-counter); none copied, the target's two removed by ``final``. Each source lease of the keys moved gets a lease on the
+counter), ``<prefix>k0sbox-migrate-done`` on the target (final's receipt: source, fence
+revision, time; the command's cleanup removes it); none copied, marker and bump removed by
+``final``. Each source lease of the keys moved gets a lease on the
 target with the time the source lease has left (LeaseTimeToLive): a key expires on the target
 when it would have on the source (kube-apiserver's leases: events after an hour, its endpoint
 leases after seconds); ``lease_ttl`` where the source no longer knows the lease (the keys
@@ -45,7 +58,10 @@ run on the target.
 
 Input: one JSON object on standard input (source, target: {endpoints, cacert, cert, key};
 prefix; step; force: replace keys already under the target's prefix; restart: copy afresh
-over this migration's own copy, after the source compacted the changes it had not read yet;
+over this migration's own copy; resume: an interrupted move run again (final's receipt counts);
+target_quota_bytes, target_db_size: the target members' backend quota and largest backend file
+(etcdctl endpoint status as root: etcd 3.5.28+ denies a tenant the member's status; without
+it the engine asks etcd), for the room check before the copy;
 max_bump; lease_ttl; timeout). Output: one JSON object (figures) on
 standard output; exit 1 with {"error": one line saying what to do} on failure.
 """
@@ -63,10 +79,18 @@ from urllib.parse import urlsplit
 MARKER = b"k0sbox-migrate-in-progress"
 FENCE = b"k0sbox-migrate-fence"
 BUMP = b"k0sbox-migrate-bump"     # the revision raise writes this key on the target
+DONE = b"k0sbox-migrate-done"     # final's receipt on the target (the CLI's cleanup removes it)
 RESTORE_MARKER = b"k0sbox-restore-in-progress"
 MAX_TXN_OPS = 128          # etcd's --max-txn-ops default
 MAX_TXN_BYTES = 1 << 20    # below etcd's --max-request-bytes default (1.5 MiB)
 PAGE = 1000
+# The target's room (issue 40's guard "enough quota"): a key costs about its key and value
+# plus this much in the target's bbolt file (its revision key, the KeyValue's other fields,
+# bbolt's element header); the move may fill the target to ROOM of its quota at most, the rest
+# left to its own tenants. etcd's default quota when the target's members set none.
+PER_KEY = 64
+ROOM = 0.9
+DEFAULT_QUOTA = 2 << 30
 IN_FLIGHT = 64             # the revision raise: puts in flight on the target's channel
 
 
@@ -77,6 +101,18 @@ Revision = tuple[int, list[Change]]
 
 class MigrateError(Exception):
     """What went wrong, in one line that says what to do."""
+
+
+class Denied(MigrateError):
+    """etcd refused the tenant's certificate on one side (no user for it there)."""
+
+    def __init__(self, side: str, text: str) -> None:
+        super().__init__(text)
+        self.side = side
+
+
+class Compacted(MigrateError):
+    """The source compacted changes of the prefix this migration had not read yet."""
 
 
 # -- plain functions ---------------------------------------------------------------------------
@@ -96,7 +132,7 @@ def range_end(prefix: bytes) -> bytes:
 
 def own_keys(prefix: bytes) -> set[bytes]:
     """The protocol's keys under the prefix: never copied, never applied."""
-    return {prefix + MARKER, prefix + FENCE, prefix + BUMP}
+    return {prefix + MARKER, prefix + FENCE, prefix + BUMP, prefix + DONE}
 
 
 def merge(revisions: list[Revision]) -> dict[bytes, tuple[str, bytes, int]]:
@@ -157,6 +193,7 @@ class Side:
             self.kv = rpc_pb2_grpc.KVStub(channel)
             self.watch_stub = rpc_pb2_grpc.WatchStub(channel)
             self.lease_stub = rpc_pb2_grpc.LeaseStub(channel)
+            self.maintenance = rpc_pb2_grpc.MaintenanceStub(channel)
             try:
                 self.cluster_id = self.header().cluster_id
                 self.channel = channel
@@ -164,7 +201,8 @@ class Side:
             except grpc.RpcError as exc:
                 if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
                     channel.close()
-                    raise MigrateError(
+                    raise Denied(
+                        name,
                         f"{name}: etcd at {url} denied a read of {prefix.decode(errors='replace')} "
                         f"({exc.code().name}: {exc.details()}): give the client certificate of the "
                         "tenant that owns the prefix (etcd RBAC: its CN is the user)") from None
@@ -185,6 +223,18 @@ class Side:
 
     def revision(self) -> int:
         return int(self.header().revision)
+
+    def db_size(self) -> int | None:
+        """The member's backend file size in bytes (Maintenance.Status), None where etcd
+        denies it: 3.5.28 made the Maintenance RPCs root-only under auth (GHSA-q8m4-xhhv-38mg;
+        Debian's 3.5.30 refuses a tenant's certificate)."""
+        import grpc
+        try:
+            return int(self.maintenance.Status(self.rpc.StatusRequest(), timeout=self.timeout).dbSize)
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+                return None
+            raise
 
     def get(self, key: bytes) -> Any:
         kvs = self.range(key, b"").kvs
@@ -344,6 +394,7 @@ class Migration:
                                "marker is there): finish it (restore --tenant) before moving the tenant")
         kvs = [kv for kv in kvs if kv.key not in self.skip]
         there = [kv for kv in self.dst.read()[1] if kv.key not in self.skip]
+        self.check_room(rev, kvs)
         if there and not self.marker_mod and not self.cfg.get("force"):
             raise MigrateError(f"target: {len(there)} key(s) under {self.cfg['prefix']} already "
                                f"(first {there[0].key[:80]!r}); the tenant's prefix must be empty "
@@ -370,6 +421,37 @@ class Migration:
         self.commit(batch, rev)
         self.figures["copied"] = len(kvs)
         self.figures["copy_revision"] = rev
+
+    def check_room(self, rev: int, kvs: list[Any]) -> None:
+        """Before the target's first write: the copy and the revision raise must fit in the
+        target's quota with room left for its own tenants (a NOSPACE alarm would stop every
+        tenant's writes there). The file's size is the member's whole file, free pages
+        included (Debian's etcd3 stubs have no dbSizeInUse): the guard errs on the safe side."""
+        quota = int(self.cfg.get("target_quota_bytes") or 0) or DEFAULT_QUOTA
+        given = self.cfg.get("target_db_size")
+        size = int(given) if given is not None else self.dst.db_size()
+        keys = sum(len(kv.key) + len(kv.value) + PER_KEY for kv in kvs)
+        bumps = max(0, rev - self.dst.revision()) * (len(self.prefix + BUMP) + PER_KEY)
+        self.figures["target_room"] = {"db_size": size, "quota": quota, "copy_bytes": keys,
+                                       "raise_bytes": bumps}
+        if size is None:
+            # etcd denies the tenant the member's status and the caller gave none: the
+            # caller's sync checked (the playbook reads the size as root for it); a copy in
+            # the freeze (after a compaction) goes on rather than leave the tenant stopped
+            if self.cfg.get("step") != "final":
+                raise MigrateError("target: etcd denies this certificate the member's status "
+                                   "(root only since etcd 3.5.28): give target_db_size (the "
+                                   "largest member's dbSize, etcdctl endpoint status as root)")
+            self.figures["target_room"]["checked"] = False
+            return
+        if size + keys + bumps > quota * ROOM:
+            mib = 1 << 20
+            raise MigrateError(
+                f"target: not enough room: its backend file is {size / mib:.1f} MiB of a "
+                f"{quota / mib:.0f} MiB quota; the copy needs about {keys / mib:.1f} MiB and the "
+                f"revision raise {bumps / mib:.1f} MiB, over {ROOM:.0%} of the quota (its own "
+                "tenants keep the rest). Defragment the target, or raise its members' "
+                "etcd_quota_backend_bytes and up, then migrate again. Nothing was written to it")
 
     def target_lease(self, source: int) -> int:
         """The target's lease for source lease ``source`` (0: none), granted on first use
@@ -411,10 +493,10 @@ class Migration:
         try:
             for resp in call:
                 if resp.compact_revision:
-                    raise MigrateError(
+                    raise Compacted(
                         f"source: the changes after revision {applied} were compacted away "
                         f"(compacted to {resp.compact_revision}) before this run read them; "
-                        "run it again with restart to copy the prefix afresh")
+                        "run it again (it copies the prefix afresh)")
                 if resp.canceled:
                     raise MigrateError(f"source: the watch was canceled: {resp.cancel_reason}")
                 done = False
@@ -465,8 +547,29 @@ class Migration:
 
     # the steps -------------------------------------------------------------------------------
 
+    def receipt(self) -> dict[str, Any]:
+        """final's receipt on the target, when it is of this source ({} otherwise)."""
+        kv = self.dst.get(self.prefix + DONE)
+        try:
+            found = json.loads(kv.value) if kv is not None else {}
+        except ValueError:
+            found = {}
+        ours = isinstance(found, dict) and found.get("source_cluster_id") == f"{self.src.cluster_id:x}"
+        return found if ours else {}
+
     def run(self, step: str) -> dict[str, Any]:
         t0 = time.monotonic()
+        done = self.receipt() if self.cfg.get("resume") and not self.cfg.get("force") else {}
+        if step == "abort":
+            return self.abort(t0)
+        if done:
+            # an interrupted move's final step ran (the receipt): the target's prefix is the
+            # tenant's, its API servers may already write it; a copy again would undo that
+            return {**self.figures, "step": step, "done_already": done,
+                    "fence_revision": done.get("fence_revision"), "seconds": 0.0,
+                    "target_revision": self.dst.revision(), "applied": done.get("applied"),
+                    "source_cluster_id": f"{self.src.cluster_id:x}",
+                    "target_cluster_id": f"{self.dst.cluster_id:x}"}
         found = self.marker()
         if found.get("phase") == "follow" and not self.cfg.get("restart"):
             self.applied = int(found["applied"])
@@ -475,14 +578,49 @@ class Migration:
         else:   # none yet, a copy cut short or restart: the copy (again) from the start,
             # over this migration's own keys (the marker says they are)
             self.copy()
-        fence = self.catch_up()
+        try:
+            fence = self.catch_up()
+        except Compacted:
+            # kube-apiserver compacts every 5 minutes: the changes not read yet are gone from
+            # the source; the copy afresh over this migration's own (the marker says it is
+            # ours), then the catch-up from it. In the freeze too: longer, but the tenant
+            # is not left stopped.
+            self.figures["copied_again_after_compaction"] = True
+            self.copy()
+            fence = self.catch_up()
         if step == "final":
             # no client of the tenant has seen a revision above the fence's (its API servers
-            # are stopped): the target above it, then the marker gone, in one more write
+            # are stopped): the target above it, then the marker gone and the receipt there,
+            # in one more write
             self.raise_above(fence)
-            self.guarded([self.dst.del_op(self.marker_key), self.dst.del_op(self.prefix + BUMP)])
+            receipt = json.dumps({"source_cluster_id": f"{self.src.cluster_id:x}",
+                                  "prefix": self.cfg["prefix"], "fence_revision": fence,
+                                  "applied": self.applied,
+                                  "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                                 sort_keys=True).encode()
+            self.guarded([self.dst.del_op(self.marker_key), self.dst.del_op(self.prefix + BUMP),
+                          self.dst.put_op(self.prefix + DONE, receipt)])
         return {**self.figures, "step": step, "fence_revision": fence,
                 "target_revision": self.target_rev, "applied": self.applied,
+                "seconds": round(time.monotonic() - t0, 3),
+                "source_cluster_id": f"{self.src.cluster_id:x}",
+                "target_cluster_id": f"{self.dst.cluster_id:x}"}
+
+    def abort(self, t0: float) -> dict[str, Any]:
+        """An unfinished move dropped: this migration's copy removed from the target (only
+        when the marker says it is ours: keys there without it are somebody else's). Refused
+        once final ran (its receipt): the tenant's API servers may have written there."""
+        if done := self.receipt():
+            raise MigrateError(
+                f"target: the move's final step ran ({done.get('finished', '?')}, "
+                f"{(self.prefix + DONE).decode()}): the tenant's current keys are there and its "
+                "API servers may have written them; finish the move instead")
+        self.marker()
+        removed = 0
+        if self.marker_mod:
+            removed = len([kv for kv in self.dst.read()[1] if kv.key not in self.skip])
+            self.guarded([self.dst.del_op(self.prefix, range_end(self.prefix))])
+        return {"step": "abort", "removed": removed, "had_copy": bool(self.marker_mod),
                 "seconds": round(time.monotonic() - t0, 3),
                 "source_cluster_id": f"{self.src.cluster_id:x}",
                 "target_cluster_id": f"{self.dst.cluster_id:x}"}
@@ -492,9 +630,18 @@ def main() -> int:
     try:
         cfg = json.load(sys.stdin)
         step = cfg.get("step", "sync")
-        if step not in ("sync", "final"):
-            raise MigrateError(f"step: '{step}' is not one of sync, final")
-        m = Migration(cfg)
+        if step not in ("sync", "final", "abort"):
+            raise MigrateError(f"step: '{step}' is not one of sync, final, abort")
+        try:
+            m = Migration(cfg)
+        except Denied as exc:
+            if step != "abort" or exc.side != "target":
+                raise
+            # no user of the tenant on the target (a move cut short before its etcd RBAC
+            # step there ended): the copy, which needs that user, never began
+            print(json.dumps({"step": "abort", "removed": 0, "had_copy": False,
+                              "target_denied": str(exc)}, sort_keys=True))
+            return 0
         try:
             out = m.run(step)
         finally:
