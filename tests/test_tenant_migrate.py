@@ -440,6 +440,12 @@ def test_under_tls_and_rbac_with_the_tenants_own_certificates(tmp_path: Path) ->
         assert denied["rc"] == 1 and denied["error"].startswith(
             f"source: etcd at {src.client} denied a read of /tenant-b/ (PERMISSION_DENIED"), denied
         assert "/tenant-b/k0sbox-migrate" not in dst.admin("get", "--prefix", "/tenant-b/", "--keys-only")
+        # abort where the target has no user for the certificate's tenant (a move cut short
+        # before its RBAC step there ended): no copy can be there, nothing to remove
+        nothing = run_engine(python, {"source": side(src, "tenant-b"), "target": side(dst, "tenant-a"),
+                                      "prefix": "/tenant-b/", "step": "abort"})
+        assert nothing["rc"] == 0 and not nothing["had_copy"] and nothing["removed"] == 0, nothing
+        assert "denied a read of /tenant-b/" in nothing["target_denied"], nothing
         src.admin("put", "/tenant-a/late", "after the copy")
         # a lease as the tenant's API server makes them, with its own certificate: the
         # engine reads its time left (etcd RBAC lets a tenant see its own keys' leases)
