@@ -279,9 +279,10 @@ def test_a_tenant_moves_under_writes_and_nothing_else_moves(clusters: tuple[Etcd
 def test_a_prefix_in_use_on_the_target_is_refused_before_any_write(clusters: tuple[Etcd, Etcd, str]) -> None:
     src, dst, python = clusters
     src.load(python, "/tenant-d/", 10)
+    dst.load(python, "/tenant-h/", 200)       # its own keys: the test runs alone too (xdist)
     before = dst.revision()
-    out = migrate(src, dst, python, "/tenant-c/", "sync")
-    assert out["rc"] == 1 and "200 key(s) under /tenant-c/ already" in out["error"], out
+    out = migrate(src, dst, python, "/tenant-h/", "sync")
+    assert out["rc"] == 1 and "200 key(s) under /tenant-h/ already" in out["error"], out
     assert dst.revision() == before
     same = migrate(src, src, python, "/tenant-d/", "sync")
     assert same["rc"] == 1 and "the same etcd cluster" in same["error"], same
