@@ -213,31 +213,27 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                   f"runs on {source} as before; on {args.to}: its copy ({removed} keys), etcd "
                   f"user and role removed ({time.time() - t0:.0f}s)")
             return 0
-        target = topo.view(args.to)
-        # the tenant's user and role on the target, beside its own tenants'
-        rbac = {"etcd_rbac_tenants": [[t.name, t.normalized_prefix]
-                                      for t in (*target.tenants, tenant)]}
-        if rec["step"] == "copy" and args.copy_only:
-            if topo.tls:
-                step(target, "etcd-rbac.yml", rbac)
-            got = step(topo.view(source), "tenant-migrate.yml",
-                       {**moving, "k0s_migrate_phase": "sync"})
-            sync = got.get("engine") or {}
-            print(f"sandbox: tenant {tenant.name} copied to etcd cluster {args.to} while it "
-                  f"serves: {sync.get('copied', '?')} keys at source revision "
-                  f"{sync.get('copy_revision', '?')}, then {sync.get('applied_revisions', 0)} "
-                  f"revisions of changes ({time.time() - t0:.0f}s); it still runs on {source}.\n"
-                  f"    the freeze, when wanted (only the changes since): scripts/sandbox "
-                  f"migrate --tenant {tenant.name} --to {args.to}\n"
-                  f"    or drop the copy: scripts/sandbox migrate --tenant {tenant.name} "
-                  f"--to {args.to} --abort")
-            return 0
         if rec["step"] == "copy":
+            target = topo.view(args.to)
             if topo.tls:
-                step(target, "etcd-rbac.yml", rbac)
-            # sync while it serves, then the freeze, in one run (its connections warm)
+                # the tenant's user and role on the target, beside its own tenants'
+                step(target, "etcd-rbac.yml", {"etcd_rbac_tenants": [
+                    [t.name, t.normalized_prefix] for t in (*target.tenants, tenant)]})
+            # sync while it serves, then the freeze, in one run (its connections warm); the
+            # sync alone with --copy-only
             got = step(topo.view(source), "tenant-migrate.yml",
-                       {**moving, "k0s_migrate_phase": "move"})
+                       {**moving, "k0s_migrate_phase": "sync" if args.copy_only else "move"})
+            if args.copy_only:
+                sync = got.get("engine") or {}
+                print(f"sandbox: tenant {tenant.name} copied to etcd cluster {args.to} while it "
+                      f"serves: {sync.get('copied', '?')} keys at source revision "
+                      f"{sync.get('copy_revision', '?')}, then {sync.get('applied_revisions', 0)} "
+                      f"revisions of changes ({time.time() - t0:.0f}s); it still runs on "
+                      f"{source}.\n    the freeze, when wanted (only the changes since): "
+                      f"scripts/sandbox migrate --tenant {tenant.name} --to {args.to}\n"
+                      f"    or drop the copy: scripts/sandbox migrate --tenant {tenant.name} "
+                      f"--to {args.to} --abort")
+                return 0
             figures.update(sync=got.get("sync", {}), final=got.get("engine", {}),
                            freeze_seconds=got.get("freeze_seconds"))
             save("switched")

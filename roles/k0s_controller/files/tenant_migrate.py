@@ -559,9 +559,9 @@ class Migration:
 
     def run(self, step: str) -> dict[str, Any]:
         t0 = time.monotonic()
-        done = self.receipt() if self.cfg.get("resume") and not self.cfg.get("force") else {}
         if step == "abort":
             return self.abort(t0)
+        done = self.receipt() if self.cfg.get("resume") and not self.cfg.get("force") else {}
         if done:
             # an interrupted move's final step ran (the receipt): the target's prefix is the
             # tenant's, its API servers may already write it; a copy again would undo that
