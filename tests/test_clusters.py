@@ -106,6 +106,48 @@ def test_playbooks_other_than_nodes_refuse_the_whole_file(write_topology: Callab
     assert runner.cluster_env(topo) == {}
 
 
+def test_a_view_file_is_its_clusters_view(write_topology: Callable[..., Path],
+                                          tmp_path: Path) -> None:
+    """The inventory source the Vagrantfile writes per etcd cluster (its provisioners take a
+    path and no environment): the topology file's view of that cluster, with the inventory
+    that view gives; SANDBOX_CLUSTER may repeat its cluster, not name another."""
+    path = write_topology(two_clusters())
+    view = tmp_path / "views" / "second.yml"
+    view.parent.mkdir()
+    view.write_text(yaml.safe_dump({"plugin": "sandbox_topology", "view_of": str(path),
+                                    "cluster": "second"}))
+    got = topology.load_inventory_source(view)
+    want = topology.load(path).view("second")
+    assert got.cluster == "second"
+    assert inventory.build(got) == inventory.build(want)
+    assert topology.load_inventory_source(view, "second").cluster == "second"
+    # the topology file itself, as before: whole, or SANDBOX_CLUSTER's view
+    assert topology.load_inventory_source(path).cluster in ("", None)
+    assert inventory.build(topology.load_inventory_source(path, "main")) == \
+        inventory.build(topology.load(path).view("main"))
+
+
+@pytest.mark.parametrize(("doc", "env", "message"), [
+    ({"view_of": "t.yml", "cluster": "second", "hosts": []}, "",
+     "a view file has only cluster, plugin, view_of; unknown: hosts"),
+    ({"view_of": "t.yml"}, "", "cluster: name the etcd cluster this file is a view of"),
+    ({"view_of": "t.yml", "cluster": "second"}, "main",
+     "a view of etcd cluster 'second', but SANDBOX_CLUSTER=main"),
+    ({"view_of": "missing.yml", "cluster": "second"}, "", "view_of: topology file"),
+    ({"view_of": "t.yml", "cluster": "third"}, "", "no etcd cluster 'third'; its clusters: main, second"),
+], ids=["unknown-key", "no-cluster", "env-contradicts", "no-topology", "unknown-cluster"])
+def test_a_bad_view_file_names_the_field(doc: dict[str, Any], env: str, message: str,
+                                         write_topology: Callable[..., Path]) -> None:
+    path = write_topology(two_clusters())
+    view = path.parent / "view.yml"
+    doc = {"plugin": "sandbox_topology", **doc}
+    if doc["view_of"] == "t.yml":
+        doc["view_of"] = path.name   # relative: to the view file's directory
+    view.write_text(yaml.safe_dump(doc))
+    with pytest.raises(TopologyError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        topology.load_inventory_source(view, env)
+
+
 def test_site_yml_on_the_whole_file_is_refused_before_any_node(tmp_path: Path) -> None:
     """The careless operator: `ansible-playbook -i two-clusters.yml playbooks/site.yml` as
     typed, without SANDBOX_CLUSTER: validate.yml stops it, naming the clusters and the line

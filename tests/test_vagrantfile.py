@@ -96,7 +96,8 @@ def test_vagrant_validate(name: str, tmp_path: Path, provider: str) -> None:
 @pytest.mark.parametrize("name", SHIPPED)
 def test_machines_are_the_topology_nodes(name: str, tmp_path: Path, provider: str) -> None:
     topo = sandbox_topology.load(name)
-    states, dumps = machines_seen(tmp_path, provider, SANDBOX_TOPOLOGY=name)
+    states, dumps = machines_seen(tmp_path, provider, SANDBOX_TOPOLOGY=name,
+                                  SANDBOX_STATE_DIR=str(tmp_path / "state"))
     names = [n.name for n in topo.nodes]
     assert list(states) == names  # same machines, in the topology's order
     assert set(states.values()) == {"not_created"}  # nothing was started
@@ -115,10 +116,50 @@ def test_machines_are_the_topology_nodes(name: str, tmp_path: Path, provider: st
     for node_name in names[:-1]:
         assert dumps[node_name]["provisioners"] == []
     assert dumps[last]["provisioners"][-1] == "ansible"
-    [ansible] = dumps[last]["ansible"]
-    assert ansible == {"playbook": str(REPO_ROOT / "playbooks" / "site.yml"),
-                       "inventory_path": str(topo.path), "limit": "all,localhost",
-                       "config_file": str(REPO_ROOT / "ansible.cfg")}
+    site = {"playbook": str(REPO_ROOT / "playbooks" / "site.yml"), "limit": "all,localhost",
+            "config_file": str(REPO_ROOT / "ansible.cfg")}
+    if not topo.multi_cluster:
+        assert dumps[last]["ansible"] == [{**site, "name": "site", "inventory_path": str(topo.path)}]
+        return
+    # several etcd clusters: one run per cluster's view, in the topology's order
+    views = tmp_path / "state" / topo.name / "vagrant-views"
+    assert dumps[last]["ansible"] == [{**site, "name": f"site-{c}",
+                                       "inventory_path": str(views / f"{c}.yml")}
+                                      for c in topo.clusters]
+
+
+def _inventory(source: Path, state: Path, **env: str) -> dict[str, Any]:
+    """What Ansible's own ansible-inventory makes of an inventory source, vagrant backend."""
+    run_env = {k: v for k, v in _base_env().items() if k != "SANDBOX_CLUSTER"}
+    run_env.update(SANDBOX_BACKEND="vagrant", SANDBOX_STATE_DIR=str(state), **env)
+    exe = REPO_ROOT / ".venv" / "bin" / "ansible-inventory"
+    res = subprocess.run([str(exe) if exe.exists() else "ansible-inventory", "-i", str(source),
+                          "--list"], cwd=REPO_ROOT, env=run_env, capture_output=True, text=True,
+                         check=False, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return dict(json.loads(res.stdout))
+
+
+def test_each_clusters_provisioner_sees_that_clusters_view(tmp_path: Path, provider: str) -> None:
+    """Vagrant's ansible provisioner takes an inventory path and no environment: the view
+    file the Vagrantfile writes for each etcd cluster gives Ansible exactly what the topology
+    file gives with SANDBOX_CLUSTER=<cluster> (what `scripts/sandbox up` converges on podman),
+    and a second reading of the Vagrantfile leaves the files as they were."""
+    topo = sandbox_topology.load("two-clusters")
+    state = tmp_path / "state"
+    _, dumps = machines_seen(tmp_path, provider, SANDBOX_TOPOLOGY=topo.name,
+                             SANDBOX_STATE_DIR=str(state))
+    entries = dumps[topo.nodes[-1].name]["ansible"]
+    assert [e["name"] for e in entries] == [f"site-{c}" for c in topo.clusters]
+    stamps = {e["inventory_path"]: Path(e["inventory_path"]).stat().st_mtime_ns for e in entries}
+    for entry, cluster in zip(entries, topo.clusters, strict=True):
+        via_view = _inventory(Path(entry["inventory_path"]), state)
+        via_env = _inventory(topo.path, state, SANDBOX_CLUSTER=cluster)
+        assert via_view == via_env
+        members = sorted(n.name for n in topo.nodes if "etcd" in n.groups and n.cluster == cluster)
+        assert sorted(via_view["etcd"]["hosts"]) == members
+    machines_seen(tmp_path, provider, SANDBOX_TOPOLOGY=topo.name, SANDBOX_STATE_DIR=str(state))
+    assert {p: Path(p).stat().st_mtime_ns for p in stamps} == stamps
 
 
 def test_group_defaults_and_topology_settings(tmp_path: Path, provider: str) -> None:

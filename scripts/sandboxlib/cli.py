@@ -144,11 +144,6 @@ def cmd_up(args: argparse.Namespace) -> int:
     if sb.topo.cluster:
         raise UsageError("up --cluster: up converges every etcd cluster of the topology; "
                          "leave --cluster out")
-    if sb.backend == "vagrant" and sb.topo.multi_cluster:
-        raise UsageError(f"topology '{sb.topo.name}' has several etcd clusters: the vagrant "
-                         "backend provisions one etcd cluster per topology for now; use "
-                         "--backend podman (docs/day2.md, \"Several etcd clusters in one "
-                         "topology\")")
     migrate.refuse_if_unfinished(sb.topo, "up")
     need_tool(sb.backend)
     check_owner(sb)

@@ -347,7 +347,8 @@ def vagrant_run(ctx: RunContext, topo: Topology, action: str) -> None:
 
 def vagrant_up(ctx: RunContext, topo: Topology, extra: dict[str, Any]) -> None:
     """The VMs (``vagrant up --no-provision``), then the Vagrantfile's provisioners
-    (``vagrant provision``: site.yml once, for all VMs, with ``extra`` as its variables)."""
+    (``vagrant provision``: site.yml once for all VMs, or once per etcd cluster's view, with
+    ``extra`` as its variables)."""
     os.environ["SANDBOX_EXTRA_VARS"] = json.dumps(extra)
     box = os.environ.get("SANDBOX_BOX") or topo.vagrant.get("box") or "debian/bookworm64"
     provider = os.environ.get("VAGRANT_DEFAULT_PROVIDER") or "Vagrant's default provider"
@@ -360,5 +361,7 @@ def vagrant_up(ctx: RunContext, topo: Topology, extra: dict[str, Any]) -> None:
         ctx.screen.end(label, time.time() - t0, "vagrant up failed", ok=False)
         raise
     ctx.screen.end(label, time.time() - t0, "booted")
-    ctx.screen.line("==> provision: vagrant provision (playbooks/site.yml on all VMs)")
+    per = (f"once per etcd cluster: {', '.join(topo.clusters)}" if topo.multi_cluster
+           else "on all VMs")
+    ctx.screen.line(f"==> provision: vagrant provision (playbooks/site.yml {per})")
     vagrant_run(ctx, topo, "provision")

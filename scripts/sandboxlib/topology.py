@@ -450,3 +450,38 @@ def load(name_or_path: str | Path) -> Topology:
     except yaml.YAMLError as exc:
         raise TopologyError(f"{path.name}: not valid YAML ({exc})") from None
     return parse(data, path)
+
+
+VIEW_KEYS = {"plugin", "view_of", "cluster"}
+
+
+def load_inventory_source(path: Path, env_cluster: str = "") -> Topology:
+    """What the inventory plugin reads from ``path``: a topology file (the view of
+    ``env_cluster``, SANDBOX_CLUSTER, when given) or a view file, one etcd cluster's view of a
+    topology file for tools that take an inventory path but no environment (the
+    Vagrantfile's ansible provisioners: ``plugin: sandbox_topology``, ``view_of: <topology
+    file>``, ``cluster: <name>``), whose cluster SANDBOX_CLUSTER may repeat but not
+    contradict."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise TopologyError(f"{path.name}: not valid YAML ({exc})") from None
+    if not (isinstance(data, dict) and "view_of" in data):
+        topo = parse(data, path)
+        return topo.view(env_cluster) if env_cluster else topo
+    unknown = sorted(set(data) - VIEW_KEYS)
+    if unknown:
+        raise TopologyError(f"{path.name}: a view file has only {', '.join(sorted(VIEW_KEYS))}; "
+                            f"unknown: {', '.join(map(str, unknown))}")
+    cluster = data.get("cluster")
+    if not isinstance(cluster, str) or not cluster:
+        raise TopologyError(f"{path.name}: cluster: name the etcd cluster this file is a view of")
+    if env_cluster and env_cluster != cluster:
+        raise TopologyError(f"{path.name}: a view of etcd cluster '{cluster}', but "
+                            f"{CLUSTER_ENV}={env_cluster}; unset it or use that cluster's view")
+    target = Path(str(data["view_of"]))
+    if not target.is_absolute():
+        target = path.parent / target
+    if not target.is_file():
+        raise TopologyError(f"{path.name}: view_of: topology file '{target}' not found")
+    return load(target.resolve()).view(cluster)

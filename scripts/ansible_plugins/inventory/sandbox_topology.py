@@ -19,7 +19,9 @@ description:
   - Hosts get C(ansible_host) and C(node_address) for the backend in C(SANDBOX_BACKEND).
   - A topology with several etcd clusters is read one cluster at a time, the one named in
     C(SANDBOX_CLUSTER) (its members, tenants, controllers and load balancers in the groups);
-    without it no node is in a group (playbooks/validate.yml says which to name).
+    without it no node is in a group (playbooks/validate.yml says which to name). A view file
+    (C(plugin), C(view_of) the topology file, C(cluster)) is that cluster's view without the
+    environment variable (the Vagrantfile's provisioners use them).
 options:
   plugin:
     description: Marks the file as a sandbox topology.
@@ -54,10 +56,8 @@ class InventoryModule(BaseInventoryPlugin):
     def parse(self, inventory, loader, path, cache=True):  # type: ignore[no-untyped-def]
         super().parse(inventory, loader, path, cache)
         try:
-            topo = sandbox_topology.load(Path(path).resolve())
-            cluster = os.environ.get(sandbox_topology.CLUSTER_ENV, "")
-            if cluster:
-                topo = topo.view(cluster)
+            topo = sandbox_topology.load_inventory_source(
+                Path(path).resolve(), os.environ.get(sandbox_topology.CLUSTER_ENV, ""))
             data = sandbox_inventory.build(topo)
         except sandbox_topology.TopologyError as exc:
             raise AnsibleParserError(f"{path}: {exc}") from None
