@@ -82,8 +82,8 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
 
 
 # Entry points of commands that are no row (their own modules): scripts/sandbox migrate's
-# playbook runs k0s_controller's tenant_migrate (migrate.py).
-OTHER_ENTRY_POINTS = frozenset({"k0s_controller/tenant_migrate"})
+# playbook runs k0s_controller's tenant_migrate and crd_apiserver's stage (migrate.py).
+OTHER_ENTRY_POINTS = frozenset({"k0s_controller/tenant_migrate", "crd_apiserver/stage"})
 
 
 def entry_points() -> set[str]:
