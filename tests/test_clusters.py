@@ -331,3 +331,21 @@ def test_migrate_needs_a_second_cluster(write_topology: Callable[..., Path],
                       tmp_path / "state")
     assert res.returncode == 2, explain(res)
     assert "has one etcd cluster (main); add another" in res.stderr
+
+
+def test_the_summary_of_a_move_resumed_after_its_final_step() -> None:
+    """A move resumed after an interrupted freeze whose final step ran: the engine keeps the
+    target as it is (its receipt) and says so; the summary says it instead of a copy of 0 keys
+    at revision '?' (what it printed, tried on the sandbox)."""
+    done = {"done_already": {"fence_revision": 72}, "fence_revision": 72, "target_revision": 75}
+    text = migrate.summary("tenant-a", "main", "second",
+                           {"sync": done, "final": done, "freeze_seconds": 2.6}, False, 25.0)
+    assert "made by the interrupted run (resumed; the target kept as it was, fence revision 72)" in text
+    assert "(nothing left to apply, k0s.yaml switched" in text
+    assert "0 keys" not in text and "revision ?" not in text
+    fresh = migrate.summary("tenant-a", "main", "second", {
+        "sync": {"copied": 670, "copy_revision": 713, "applied_revisions": 11, "seconds": 0.41},
+        "final": {"applied_revisions": 48, "seconds": 0.09, "target_revision": 776},
+        "freeze_seconds": 3.5}, False, 39.0)
+    assert "670 keys at source revision 713, then 11 revisions of changes (0.41s)" in fresh
+    assert "the last 48 revisions in 0.09s" in fresh

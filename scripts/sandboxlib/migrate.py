@@ -265,15 +265,21 @@ def summary(tenant: str, source: str, target: str, figures: dict[str, Any], kept
     lines = [(f"sandbox: tenant {tenant} moved from etcd cluster {source} to {target} in "
              f"{took:.0f}s")]
     sync, final = figures.get("sync") or {}, figures.get("final") or {}
-    if sync:
+    if sync.get("done_already"):
+        # a resumed move whose final step had run: the engine kept the target as it was
+        lines.append(f"    copy and final step: made by the interrupted run (resumed; the "
+                     f"target kept as it was, fence revision {sync.get('fence_revision', '?')})")
+    elif sync:
         lines.append(f"    copy while it served: {sync.get('copied', '?')} keys at source "
                      f"revision {sync.get('copy_revision', '?')}, then "
                      f"{sync.get('applied_revisions', 0)} revisions of changes "
                      f"({sync.get('seconds', 0):.2f}s)")
     if figures.get("freeze_seconds") is not None:
+        last = ("nothing left to apply" if final.get("done_already") else
+                f"the last {final.get('applied_revisions', 0)} revisions in "
+                f"{final.get('seconds', 0):.2f}s")
         lines.append(f"    freeze: its API servers stopped for {figures['freeze_seconds']:.1f}s "
-                     f"(the last {final.get('applied_revisions', 0)} revisions in "
-                     f"{final.get('seconds', 0):.2f}s, k0s.yaml switched, started and ready); "
+                     f"({last}, k0s.yaml switched, started and ready); "
                      f"its revisions raised to {final.get('target_revision', '?')} on {target}")
     lines.append(f"    source {source}: " + ("its keys kept (a copy nothing writes: its etcd "
                                               "user and role removed)" if kept else
