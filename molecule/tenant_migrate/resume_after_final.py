@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from move import KubeconfigApi, must, objects, sandbox
+from move import must, objects, sandbox, tenant_api
 from test_tenant_migrate_api import widget
 
 FINAL = """- name: The engine's final step alone (a freeze cut after final)
@@ -44,14 +44,7 @@ FINAL = """- name: The engine's final step alone (a freeze cut after final)
 def main(topo: str) -> int:
     state = Path(os.environ["SANDBOX_STATE_DIR"]) / "m-migrate"
     tmp = Path(tempfile.mkdtemp(prefix="resume-after-final-"))
-    api = KubeconfigApi(state / "kubeconfig" / "tenant-a.yaml", tmp)
-    must(sandbox(["kubectl", "-t", topo, "--tenant", "tenant-a", "apply", "-f",
-                  str(ROOT / "docs" / "examples" / "crd.yaml")]))
-    deadline = time.monotonic() + 60
-    while api.call("GET", api.widgets())[0] != 200:
-        if time.monotonic() > deadline:
-            sys.exit("the widgets' CRD is not served after 60 s")
-        time.sleep(0.5)
+    api = tenant_api(Path(topo), state, "tenant-a", tmp)
     for i in range(50):
         code, _ = api.call("POST", api.widgets(), widget(f"before-{i}", i))
         assert code == 201, code
