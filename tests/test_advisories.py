@@ -4,14 +4,22 @@ hostile-tenant suite's checks), on what `etcd --version` and the suite really pr
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sandboxlib import sandbox_advisories as adv
 from sandboxlib import sandbox_attacks as attacks
 
-PATCHED = ("etcd Version: 3.5.30\nGit SHA: 3.5.30-2+k0sbox1 (k0s-etcd-sandbox build of Debian "
-           "3.5.30-2, patched: etcd-io/etcd#22386, GHSA-xg4h-6gfc-h4m8, GHSA-6vch-q96h-7gc3)\n"
+# what `etcd --version` of scripts/build-etcd's build prints (its Git SHA line names each
+# patch's "Fixes:" header, in the patches' order)
+FIXES = ["etcd-io/etcd#22386", "GHSA-xg4h-6gfc-h4m8", "GHSA-6vch-q96h-7gc3", "etcd-io/etcd#22167",
+         "etcd-io/etcd#22128", "k0sbox-lease-owners", "etcd-io/etcd#10084"]
+PATCHED = ("etcd Version: 3.5.30\nGit SHA: 3.5.30-2+k0sbox2 (k0s-etcd-sandbox build of Debian "
+           f"3.5.30-2, patched: {', '.join(FIXES)})\n"
            "Go Version: go1.27.3\nGo OS/Arch: linux/amd64\n")
+# no etcd release fixes these two: every build but the sandbox's has them
+UNFIXED = ["etcd-io/etcd#10084", "k0sbox-lease-owners"]
+REPO = Path(__file__).resolve().parents[1]
 DEBIAN = "etcd Version: 3.5.30\nGit SHA: Not provided (use ./build instead of go build)\n"
 
 
@@ -20,12 +28,15 @@ def ids(version: str, sha: str = "") -> list[str]:
 
 
 def test_each_version_is_affected_by_what_its_branch_has_not_fixed() -> None:
-    assert ids("3.5.30") == ["etcd-io/etcd#22386", "GHSA-xg4h-6gfc-h4m8", "GHSA-6vch-q96h-7gc3"]
-    assert len(ids("3.4.23")) == 7 and "GHSA-3p4g-rcw5-8298" in ids("3.4.23")
-    assert len(ids("3.5.16")) == 6 and "GHSA-3p4g-rcw5-8298" not in ids("3.5.16")
-    assert ids("3.5.33") == ["etcd-io/etcd#22386"]        # never fixed on 3.5
-    assert ids("3.6.14") == [] and ids("3.6.9") == ["GHSA-xg4h-6gfc-h4m8", "GHSA-x35m-3gp4-4fh5",
-                                                   "GHSA-6vch-q96h-7gc3"]
+    assert ids("3.5.30") == ["etcd-io/etcd#22386", "GHSA-xg4h-6gfc-h4m8", "GHSA-6vch-q96h-7gc3",
+                             "etcd-io/etcd#22167", "etcd-io/etcd#22128", *UNFIXED]
+    assert len(ids("3.4.23")) == 11 and "GHSA-3p4g-rcw5-8298" in ids("3.4.23")
+    assert len(ids("3.5.16")) == 10 and "GHSA-3p4g-rcw5-8298" not in ids("3.5.16")
+    assert ids("3.5.33") == ["etcd-io/etcd#22386", *UNFIXED]        # never fixed on 3.5
+    assert ids("3.6.14") == UNFIXED and ids("3.6.9") == [
+        "GHSA-xg4h-6gfc-h4m8", "GHSA-x35m-3gp4-4fh5", "GHSA-6vch-q96h-7gc3", "etcd-io/etcd#22167",
+        "etcd-io/etcd#22128", *UNFIXED]
+    assert "etcd-io/etcd#22167" not in ids("3.6.14") and "etcd-io/etcd#22128" in ids("3.6.13")
     # a configuration the sandbox never sets is not counted
     states = {a["id"]: a["state"] for a in adv.assess("3.5.30")}
     assert states["GHSA-3wh4-j44w-pg92"] == "not-relevant"
@@ -35,10 +46,13 @@ def test_each_version_is_affected_by_what_its_branch_has_not_fixed() -> None:
 
 def test_the_sandboxs_build_names_what_its_patches_fix() -> None:
     version, sha = adv.parse_version(PATCHED)
-    assert version == "3.5.30" and adv.patched(sha) == [
-        "etcd-io/etcd#22386", "GHSA-xg4h-6gfc-h4m8", "GHSA-6vch-q96h-7gc3"]
+    assert version == "3.5.30" and adv.patched(sha) == FIXES
     assert ids(version, sha) == []
-    assert adv.summary(version, sha).endswith("no known advisory (3 fixed by its patches)")
+    assert adv.summary(version, sha).endswith("no known advisory (7 fixed by its patches)")
+    # the patch list is read from the patches themselves, as scripts/build-etcd makes the line
+    headers = [line.split(": ", 1)[1] for p in sorted((REPO / "scripts" / "etcd-patches").glob("*.patch"))
+               for line in p.read_text().splitlines() if line.startswith("Fixes: ")]
+    assert headers == FIXES
     # only the sandbox's own build is believed: another Git SHA naming patches is not
     assert adv.patched("deadbeef patched: etcd-io/etcd#22386") == []
     assert adv.parse_version(DEBIAN) == ("3.5.30", "Not provided (use ./build instead of go build)")
@@ -50,10 +64,16 @@ def test_verify_fails_with_tenants_unless_the_operator_accepts() -> None:
     assert "etcd-io/etcd#22386: while an alarm (NOSPACE)" in c["detail"]
     one = adv.check(DEBIAN, "etcd-1", shared=False)
     assert one["ok"] and "one tenant" in one["detail"]
-    every = ["etcd-io/etcd#22386", "GHSA-xg4h-6gfc-h4m8", "CVE-2026-73500"]   # an id or a CVE
+    every = ["etcd-io/etcd#22386", "GHSA-xg4h-6gfc-h4m8", "CVE-2026-73500", "etcd-io/etcd#22167",
+             "etcd-io/etcd#22128", *UNFIXED]   # an id or a CVE
     accepted = adv.check(DEBIAN, "etcd-1", shared=True, accepted=every)
     assert accepted["ok"] and accepted["detail"].endswith("all accepted by the operator")
     assert not adv.check(DEBIAN, "etcd-1", shared=True, accepted=every[:2])["ok"]
+    # the 3.6.14 release: no CVE open, but one quota for all and leases without an owner
+    release = "etcd Version: 3.6.14\nGit SHA: 1a2b3c4\n"
+    c = adv.check(release, "etcd-1", shared=True)
+    assert not c["ok"] and "etcd-io/etcd#10084: one space quota for the whole cluster" in c["detail"]
+    assert adv.check(release, "etcd-1", shared=True, accepted=UNFIXED)["ok"]
     assert adv.check(PATCHED, "etcd-1", shared=True)["ok"]
     assert not adv.check("", "etcd-1", shared=True)["ok"]   # no version: not a pass
 

@@ -126,9 +126,17 @@ def test_status_shows_a_usage_row_per_tenant(tmp_path: Any) -> None:
     st.usage = usage.entries(_hosts(ta=READ), [_tenant("ta", max_bytes=10000)], QUOTA)
     lines = "\n".join(report.usage_lines(st)).splitlines()
     assert lines[0].split() == ["TENANT", "KEYS", "BYTES", "OF", "QUOTA", "(2.1", "GB)",
-                                "MAX_BYTES"]
-    assert lines[1].split() == ["ta", "21", "11.5", "kB", "0.00054%", "10.0", "kB", "(OVER)"]
-    assert "not enforced" in lines[-1]
+                                "MAX_BYTES", "WRITE", "BUDGET"]
+    assert lines[1].split() == ["ta", "21", "11.5", "kB", "0.00054%", "10.0", "kB", "(OVER)", "-"]
+    assert "the sandbox's etcd build refuses the tenant's writes alone past it" in lines[-1]
+    # the members' figures (etcd_k0sbox_tenant_*): used of budget, or over it, or not enforced
+    st.usage[0]["write_budget"] = {"budget": 4194304, "enforced": True, "used": 4123456,
+                                   "over": True, "refused": 12}
+    lines = "\n".join(report.usage_lines(st)).splitlines()
+    assert lines[1].endswith("4.1 MB of 4.2 MB OVER: WRITES REFUSED")
+    assert any("ta: OVER its write budget: its writes are refused" in ln and "12 so far" in ln for ln in lines)
+    st.usage[0]["write_budget"] = {**st.usage[0]["write_budget"], "enforced": False, "over": False}
+    assert "4.2 MB NOT ENFORCED" in "\n".join(report.usage_lines(st))
     st.usage, st.usage_note = [], "no controller is running"
     assert report.usage_lines(st) == ["usage: unknown (no controller is running)"]
 

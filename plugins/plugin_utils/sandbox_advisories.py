@@ -4,8 +4,9 @@ the build (``etcd --version``). Applied by the filter plugins/filter/sandbox_adv
 (verify's check, up's warning) and by scripts/sandboxlib (status), through
 scripts/sandboxlib/sandbox_advisories.py, a link to this file.
 
-The table is the project's reading of etcd's CHANGELOG-3.4/3.5/3.6 and advisories (2026-12-03;
-docs/security.md lists the sources). A version is affected when its branch has the advisory
+The table is the project's reading of etcd's CHANGELOG-3.4/3.5/3.6 and advisories (2026-12-03,
+2026-12-07; docs/security.md lists the sources), and two weaknesses no etcd release fixes
+(one quota for all, etcd-io/etcd#10084; leases without an owner). A version is affected when its branch has the advisory
 and the version is below the branch's first fixed release (``None``: never fixed on that
 branch; a branch not listed is not affected). The sandbox's own build (scripts/build-etcd)
 names in ``etcd --version``'s Git SHA line what its patches fix ("patched: ID, ID"): those are
@@ -61,6 +62,30 @@ ADVISORIES: tuple[Advisory, ...] = (
              "out of memory (any client that reaches the port)",
              {"3.4": None, "3.5": "3.5.33", "3.6": "3.6.14"},
              "https://github.com/etcd-io/etcd/security/advisories/GHSA-6vch-q96h-7gc3"),
+    Advisory("etcd-io/etcd#22167", "",
+             "a transaction nested in a transaction costs nothing against the space quota: a "
+             "tenant grows the database past the quota without limit, and goes on writing "
+             "while NOSPACE refuses every other tenant's writes",
+             {"3.4": None, "3.5": "3.5.33", "3.6": "3.6.14"},
+             "https://github.com/etcd-io/etcd/pull/22167"),
+    Advisory("etcd-io/etcd#22128", "",
+             "no bound on the time a client takes to send its request headers: connections "
+             "held open until the member runs out of file descriptors (any client that reaches "
+             "the client port)",
+             {"3.4": None, "3.5": "3.5.33", "3.6": "3.6.14"},
+             "https://github.com/etcd-io/etcd/pull/22128"),
+    Advisory("etcd-io/etcd#10084", "",
+             "one space quota for the whole cluster and none per prefix: a tenant that fills "
+             "it (NOSPACE) stops every tenant's writes until an operator frees space",
+             {"3.4": None, "3.5": None, "3.6": None},
+             "https://github.com/etcd-io/etcd/issues/10084"),
+    Advisory("k0sbox-lease-owners", "",
+             "a lease has no owner: a tenant attaches its key to another tenant's lease that "
+             "has no key yet (its owner's puts with it are refused from then on), keeps it "
+             "alive, revokes it, or takes the lease ID the server is about to give another "
+             "tenant's grant",
+             {"3.4": None, "3.5": None, "3.6": None},
+             "docs/security.md#leases"),
     Advisory("GHSA-3p4g-rcw5-8298", "CVE-2023-32082",
              "LeaseTimeToLive lists the keys attached to another tenant's lease",
              {"3.4": "3.4.26", "3.5": "3.5.9"},

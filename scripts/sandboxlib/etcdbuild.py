@@ -1,6 +1,6 @@
 """The etcd the sandbox installs offline: Debian's etcd 3.5.30 with the project's patches.
 
-``scripts/build-etcd`` builds etcd-server and etcd-client ``3.5.30-2+k0sbox1`` from Debian's
+``scripts/build-etcd`` builds etcd-server and etcd-client ``3.5.30-2+k0sbox2`` from Debian's
 own source and ``scripts/etcd-patches/`` (etcd 3.5 lets a tenant past RBAC while NOSPACE is
 raised, and through a watch from one of its keys on; docs/security.md), once, cached outside
 the checkout. ``up`` builds it (or reuses the cache) when the sandbox installs that version
@@ -41,7 +41,7 @@ def setting(topo: Topology, extra: dict[str, Any], name: str) -> str:
 
 @functools.cache
 def patched_version() -> str:
-    """The package version scripts/build-etcd builds (3.5.30-2+k0sbox1)."""
+    """The package version scripts/build-etcd builds (3.5.30-2+k0sbox2)."""
     res = subprocess.run([str(BUILD), "--print-version"], capture_output=True, text=True,
                          check=False)
     return res.stdout.strip()

@@ -13,8 +13,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from .sandbox_budgets import parse_metrics
 from .topology import Node, Topology
 
 T = TypeVar("T")
@@ -59,15 +60,29 @@ def http_health(host: str, port: int, timeout: float = 3.0) -> str:
     return f"unhealthy ({reason})" if reason else "unhealthy"   # 3.5+: "ALARM NOSPACE"
 
 
+def _metrics_text(host: str, port: int, timeout: float) -> str | None:
+    """The member's /metrics, None when nothing answers."""
+    if not port:
+        return None
+    try:
+        with _DIRECT.open(f"http://{host}:{port}/metrics", timeout=timeout) as resp:
+            return str(resp.read().decode(errors="replace"))
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+
+
+def http_budgets(host: str, port: int, timeout: float = 3.0) -> dict[str, dict[str, Any]] | None:
+    """Each tenant's write budget figures the member exports (sandbox_budgets.parse_metrics:
+    {} from a build that enforces none), None when nothing answers."""
+    text = _metrics_text(host, port, timeout)
+    return None if text is None else parse_metrics(text)
+
+
 def http_metrics(host: str, port: int, timeout: float = 3.0) -> dict[str, float]:
     """The member's database size and backend quota from its /metrics (DB_METRICS -> value),
     {} when nothing answers."""
-    if not port:
-        return {}
-    try:
-        with _DIRECT.open(f"http://{host}:{port}/metrics", timeout=timeout) as resp:
-            text = resp.read().decode(errors="replace")
-    except (OSError, ValueError, http.client.HTTPException):
+    text = _metrics_text(host, port, timeout)
+    if text is None:
         return {}
     values = {}
     for line in text.splitlines():

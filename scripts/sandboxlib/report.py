@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import etcdbuild, etcdhttp, remote, usage
+from . import sandbox_budgets as budget_rules
 from .apiserver import API_PROBE
 from .topology import REPO_ROOT, Topology
 
@@ -189,7 +190,35 @@ def collect(topo: Topology, backend: str, verified_since: float | None = None) -
             e["quota_backend_bytes"] = usage.quota(metric=st.quota, configured=e["quota_backend_bytes"])
             if "bytes" in e:
                 e["quota_share"] = e["bytes"] / e["quota_backend_bytes"]
+        _budgets(st, members)
     return st
+
+
+def _budgets(st: Status, members: list[str]) -> None:
+    """Each tenant's write budget as every running member of its cluster enforces it (their
+    /metrics), on its usage entry as ``write_budget`` (sandbox_budgets.usage_fields); nothing
+    without etcd RBAC, where no budget applies."""
+    topo = st.topo
+    if not (topo.tls and topo.vars.get("etcd_rbac", len(topo.tenants) > 1 or topo.multi_cluster)):
+        return
+    for view in topo.views():
+        mine = [m for m in members if m in {n.name for n in view.nodes}]
+        got = etcdhttp.ask_members(etcdhttp.http_budgets, topo, st.backend, mine)
+        answered = {m: v for m, v in got.items() if v is not None}
+        quota = topo.vars.get("etcd_quota_backend_bytes")
+        extra = topo.vars.get("etcd_extra_settings")
+        if isinstance(extra, dict) and extra.get("quota-backend-bytes") is not None:
+            quota = extra["quota-backend-bytes"]
+        wanted = budget_rules.budgets(
+            [{"name": t.name, "key_prefix": t.normalized_prefix,
+              **({"max_bytes": t.max_bytes} if t.max_bytes is not None else {})}
+             for t in view.tenants],
+            usage.role_quota(quota),
+            topo.vars.get("etcd_tenant_budget_share", budget_rules.DEFAULT_SHARE))
+        fields = budget_rules.usage_fields(wanted, answered) if answered else {}
+        for e in st.usage:
+            if e.get("name") in fields:
+                e["write_budget"] = fields[e["name"]]
 
 
 def size(n: float) -> str:
@@ -308,21 +337,39 @@ def usage_lines(st: Status) -> list[str]:
         most = "-" if e.get("max_bytes") is None else (
             f"{e['max_bytes']!r} (not a positive int)" if "max_bytes_error" in e
             else size(e["max_bytes"]) + (" (OVER)" if e.get("over_max_bytes") else ""))
+        budget = budget_cell(e)
         if "error" in e:
-            rows.append([e["name"], "?", "?", "?", most])
+            rows.append([e["name"], "?", "?", "?", most, budget])
         elif e.get("restore"):
             rows.append([e["name"] + " (RESTORE INTERRUPTED)", str(e["key_count"]), size(e["bytes"]),
-                         usage.share(e), most])
+                         usage.share(e), most, budget])
         else:
-            rows.append([e["name"], str(e["key_count"]), size(e["bytes"]), usage.share(e), most])
+            rows.append([e["name"], str(e["key_count"]), size(e["bytes"]), usage.share(e), most, budget])
     quota = size(st.usage[0]["quota_backend_bytes"])
-    lines = [table(["TENANT", "KEYS", "BYTES", f"OF QUOTA ({quota})", "MAX_BYTES"], rows)]
+    lines = [table(["TENANT", "KEYS", "BYTES", f"OF QUOTA ({quota})", "MAX_BYTES", "WRITE BUDGET"], rows)]
     lines += [f"usage: {e['name']}: unknown ({e['error']})" for e in st.usage if "error" in e]
     lines += [f"usage: {e['name']}: {usage.interrupted(e)}" for e in st.usage if e.get("restore")]
+    lines += [f"usage: {e['name']}: OVER its write budget: its writes are refused ('etcdserver: "
+              f"tenant write budget exceeded', {e['write_budget']['refused']} so far) while the "
+              "other tenants write on; they come back once a compaction or its deletes bring it "
+              "under (scripts/sandbox defrag --compact compacts now), or with a higher max_bytes "
+              "and scripts/sandbox up"
+              for e in st.usage if (e.get("write_budget") or {}).get("over")]
     lines.append("usage: keys and values under each prefix at one revision, read with the "
-                 "tenant's own certificate; max_bytes is checked by verify, not enforced "
-                 "(etcd has no per-prefix quota)")
+                 "tenant's own certificate; WRITE BUDGET: what its prefix and leases take in the "
+                 "backend, every revision not yet compacted, as every member counts it (the "
+                 "sandbox's etcd build refuses the tenant's writes alone past it)")
     return lines
+
+
+def budget_cell(e: dict[str, Any]) -> str:
+    """A tenant's write budget in the usage table: used of budget, OVER, or why none."""
+    b = e.get("write_budget")
+    if not b:
+        return "-"
+    if not b["enforced"]:
+        return f"{size(b['budget'])} NOT ENFORCED"
+    return f"{size(b['used'])} of {size(b['budget'])}" + (" OVER: WRITES REFUSED" if b["over"] else "")
 
 
 def kubeconfig_of(topo: Topology, tenant: str) -> str:

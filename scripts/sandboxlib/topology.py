@@ -20,7 +20,9 @@ import yaml
 
 from . import argspecs
 from . import sandbox_tenants as tenant_rules
+from .sandbox_budgets import DEFAULT_SHARE, budget_errors
 from .sandbox_tenants import normalize_prefix
+from .sandbox_usage import role_quota
 
 PLUGIN_NAME = "sandbox_topology"
 BACKENDS = ("podman", "vagrant")
@@ -89,8 +91,8 @@ class Tenant:
     prefix: str
     controllers: tuple[str, ...]
     vars: dict[str, Any] = field(default_factory=dict)
-    # Bytes (keys and values under its prefix) verify allows; None: no check. etcd cannot
-    # enforce a per-prefix quota (etcd-io/etcd#10084): a check, not a limit.
+    # Its write budget: the bytes its prefix and leases may take in the backend, enforced by
+    # the sandbox's etcd build (sandbox_budgets.py); None: an equal part of the share.
     max_bytes: int | None = None
     # The etcd cluster holding its prefix.
     cluster: str = DEFAULT_CLUSTER
@@ -396,12 +398,39 @@ def parse(data: Any, path: Path) -> Topology:
     _own_vars("vars", tvars)
     if len(clusters) > 1:
         _multi_cluster_rules(nodes, tenants, tvars, tls)
+    _budget_rules(tenants, clusters, tvars, tls)
     vagrant = data.get("vagrant") or {}
     _require(isinstance(vagrant, dict), "vagrant: a mapping (box, memory, cpus)")
     return Topology(name=name, path=path, tls=tls, networks=nets, nodes=tuple(nodes),
                     tenants=tuple(tenants), vars=tvars, vagrant=vagrant,
                     description=str(data.get("description", "")), warnings=tuple(warnings),
                     allow_even_etcd=allow_even, clusters=tuple(clusters))
+
+
+def _budget_rules(tenants: list[Tenant], clusters: list[str], tvars: dict[str, Any],
+                  tls: bool) -> None:
+    """The tenants' write budgets (sandbox_budgets.py) must fit each etcd cluster's backend
+    quota: refused here, before ``up`` changes any node (roles/etcd's validate.yml says the
+    same to a hand-written inventory). They apply where etcd RBAC does (TLS and two tenants,
+    or several clusters, unless vars.etcd_rbac is false). Values the CLI cannot evaluate (a
+    Jinja2 template) are left to the role's check."""
+    rbac = tvars.get("etcd_rbac", tls and (len(tenants) > 1 or len(clusters) > 1))
+    if not (tls and rbac is True):
+        return
+    quota = tvars.get("etcd_quota_backend_bytes")
+    extra = tvars.get("etcd_extra_settings")
+    if isinstance(extra, dict) and extra.get("quota-backend-bytes") is not None:
+        quota = extra["quota-backend-bytes"]
+    share = tvars.get("etcd_tenant_budget_share", DEFAULT_SHARE)
+    if any(isinstance(v, str) and "{" in v for v in (quota, share)):
+        return
+    for c in clusters:
+        mine = [{"name": t.name, "prefix": t.prefix,
+                 **({"max_bytes": t.max_bytes} if t.max_bytes is not None else {})}
+                for t in tenants if len(clusters) == 1 or t.cluster == c]
+        errors = budget_errors(mine, role_quota(quota), share,
+                               where="tenants" if len(clusters) == 1 else f"tenants (cluster {c})")
+        _require(not errors, errors[0] if errors else "")
 
 
 def _multi_cluster_rules(nodes: list[Node], tenants: list[Tenant], tvars: dict[str, Any],

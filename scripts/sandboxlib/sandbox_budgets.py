@@ -1,0 +1,1 @@
+../../plugins/plugin_utils/sandbox_budgets.py
