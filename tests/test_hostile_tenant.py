@@ -31,6 +31,12 @@ REPO = Path(__file__).resolve().parents[1]
 FILES = REPO / "roles" / "sandbox_verify" / "files"
 QUOTA = 8 * 1024 * 1024
 TENANTS = {"tenant-a": "/tenant-a/", "tenant-b": "/tenant-b/", "tenant-c": "/tenant-c/"}
+# Each tenant's write budget (roles/etcd writes k0sbox/budget/<tenant> so; together well under
+# the quota): the patched build stops a tenant's own fill at it, before NOSPACE.
+BUDGET = 2 * 1024 * 1024
+# The nodes' python3 with python3-etcd3 (gRPC), for the suite's gRPC attempts; without it they
+# are n/a.
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def _pki(d: Path) -> None:
@@ -141,6 +147,18 @@ class Member:
         for name, prefix in TENANTS.items():
             for i in range(3):
                 self.admin("put", f"{prefix}object-{i}", f"{name}'s value {i}")
+            self.admin("put", f"k0sbox/budget/{name}", json.dumps({"prefix": prefix, "bytes": BUDGET}))
+
+    def as_tenant(self, name: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.ctl(name) + list(args), capture_output=True, text=True,
+                              check=False, timeout=30)
+
+    def bait(self, name: str) -> str:
+        """A lease with no key that the tenant grants itself, with its own certificate (its
+        API server's, a moment before it attaches keys)."""
+        res = self.as_tenant(name, "lease", "grant", "900", "-w", "json")
+        assert res.returncode == 0, res.stderr
+        return format(int(json.loads(res.stdout)["ID"]), "x")
 
     def ctl(self, who: str) -> list[str]:
         return [str(self.bindir / "etcdctl"), f"--endpoints={self.client}",
@@ -158,8 +176,14 @@ class Member:
         self.proc.wait(timeout=20)
 
 
+def _python() -> str:
+    ok = Path(SYSTEM_PYTHON).is_file() and subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import etcd3.etcdrpc, grpc"], capture_output=True, check=False).returncode == 0
+    return SYSTEM_PYTHON if ok else sys.executable
+
+
 def _script(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    res = subprocess.run([sys.executable, str(FILES / name),
+    res = subprocess.run([_python(), str(FILES / name),
                           base64.b64encode(json.dumps(spec).encode()).decode()],
                          capture_output=True, text=True, check=False, timeout=300)
     assert res.returncode == 0, res.stderr
@@ -167,7 +191,9 @@ def _script(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _attack(m: Member, mode: str, nospace: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """prepare (admin), tenant-a's attempts, finish (admin): as playbooks/attack.yml runs them."""
+    """prepare (admin), tenant-a's attempts, finish (admin): as playbooks/attack.yml runs them.
+    With nospace: tenant-a's own fill, which its write budget stops (the patched build); then
+    the admin fills the quota until NOSPACE and tenant-a tries everything again."""
     tenants = [{"name": n, "prefix": p} for n, p in TENANTS.items()]
     # each tenant's keys kept in a root-only file on the member, as attack_prepare.yml keeps
     # them: a tenant of thousands of objects is more than a command line holds
@@ -176,6 +202,8 @@ def _attack(m: Member, mode: str, nospace: bool) -> tuple[dict[str, Any], dict[s
                                         "keys_file": str(keys_file)})
     assert "keys" not in prep and prep["key_counts"]["tenant-b"] >= 1
     assert keys_file.stat().st_mode & 0o777 == 0o600
+    # tenant-b's own lease with no key (attack.yml: each tenant grants its bait itself)
+    prep["targets"]["tenant-b"]["bait"] = m.bait("tenant-b")
     spec = {"etcdctl": m.ctl("tenant-a"), "tenant": "tenant-a", "prefix": TENANTS["tenant-a"],
             "ca": f"{m.tmp}/ca.crt", "cert": f"{m.tmp}/tenant-a.crt", "key": f"{m.tmp}/tenant-a.key",
             "victims": [prep["targets"]["tenant-b"]],
@@ -183,9 +211,15 @@ def _attack(m: Member, mode: str, nospace: bool) -> tuple[dict[str, Any], dict[s
             "metrics": [m.metrics], "compact_rev_key": "read", "mode": mode, "nospace": nospace,
             "fill_prefix": "/tenant-a/k0sbox-attack/fill/", "fill_value_bytes": 1000000}
     attack = _script("hostile_tenant.py", spec)
-    # What sandbox_verify's attack_finish.yml does before the finish: the fill deleted, and
+    if nospace and (attack.get("fill") or {}).get("stopped_by") == "budget":
+        attack["admin_fill"] = _script("hostile_admin.py", {"op": "fill", "etcdctl": m.ctl("root")})
+        if attack["admin_fill"]["raised"]:
+            again = _script("hostile_tenant.py", {**spec, "phase": "nospace"})
+            attack["phases"] += again["phases"]
+    # What sandbox_verify's attack_finish.yml does before the finish: the fills deleted, and
     # NOSPACE undone as roles/etcd/tasks/defrag/cluster.yml does (compaction, defrag, alarm disarm).
     m.admin("del", "--prefix", spec["fill_prefix"])
+    m.admin("del", "--prefix", "k0sbox-attack-fill/")
     recovered = []
     if "NOSPACE" in m.admin("alarm", "list"):
         rev = json.loads(m.admin("endpoint", "status", "-w", "json"))[0]["Status"]["header"]["revision"]
@@ -216,21 +250,45 @@ def patched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Member]:
 
 def test_the_patched_build_refuses_every_attempt_nospace_or_not(patched: Member) -> None:
     attack, done = _attack(patched, "full", nospace=True)
-    assert attack["fill"]["ok"], attack["fill"]
+    # tenant-a's own fill is stopped by its write budget, without an alarm; the admin then
+    # raises NOSPACE for the attempts under it
+    assert attack["fill"]["ok"] and attack["fill"]["stopped_by"] == "budget", attack["fill"]
+    assert attack["fill"]["bytes"] <= BUDGET and attack["fill"]["alarms"] == ""
+    assert attack["admin_fill"]["raised"], attack["admin_fill"]
     phases = [p["phase"] for p in attack["phases"]]
-    assert phases == ["normal", "nospace"]
+    assert phases == ["normal", "over its budget", "nospace"]
     for phase in phases:
         out = _outcomes(attack, phase)
         assert [n for n, o in out.items() if o == "succeeded"] == [], phase
         assert [n for n, o in out.items() if o == "error"] == [], (phase, attack)
+    for phase in ("normal", "nospace"):
+        out = _outcomes(attack, phase)
         # the attempts that etcd 3.5.30 lets through without the patches, refused here
         for name in ("delete another tenant's key", "delete another tenant's whole prefix",
                      "revoke another tenant's lease (a key attached)", "grant itself root",
                      "grant its role the whole keyspace", "disable auth", "add a user",
-                     "watch every key from its own key on (GHSA-xg4h-6gfc-h4m8)"):
+                     "watch every key from its own key on (GHSA-xg4h-6gfc-h4m8)",
+                     # a lease belongs to its granter (0006)
+                     "revoke another tenant's lease with no key attached",
+                     "attach its key to another tenant's own lease with no key",
+                     "keep another tenant's own lease with no key alive",
+                     "read the TTL of another tenant's own lease",
+                     "revoke another tenant's own lease with no key"):
             assert out[name] == "refused", (phase, name, out[name])
         assert out["its certificate on a member's peer port"] == "refused"
         assert out["write kube-apiserver's compaction key"] == "refused"
+        if _python() == SYSTEM_PYTHON:   # the gRPC attempts need python3-etcd3
+            assert out["grant a lease with the ID the server gives another tenant next (its own choice)"] == "refused"
+    nested = "a put into its own prefix nested in a transaction (etcd-io/etcd#22167: it cost nothing against the quota)"
+    if _python() == SYSTEM_PYTHON:
+        assert _outcomes(attack, "normal")[nested] == "allowed"     # its own prefix, within budget
+        assert _outcomes(attack, "nospace")[nested] == "refused"    # NOSPACE refuses it as any put
+    over = _outcomes(attack, "over its budget")
+    assert over["a put into its own prefix"] == over["grant a lease"] == "refused", over
+    assert over["delete one of its own keys"] == "allowed", over
+    if _python() == SYSTEM_PYTHON:
+        assert over["a put nested in a transaction"] == "refused", over
+        assert over["puts that store its big keys again (ignore_value)"] == "refused", over
     assert _outcomes(attack, "nospace")["disarm the alarms"] == "refused"
     assert done["auth"] == "on" and done["changed"] == {}, done
     assert done["kept"] == {"tenant-a": 3, "tenant-b": 3, "tenant-c": 3}
@@ -251,17 +309,27 @@ def test_quick_mode_harms_nothing_and_tries_no_fill(patched: Member) -> None:
 
 def test_debian_unpatched_3_5_30_is_caught(tmp_path: Path) -> None:
     """The suite fails where isolation fails: Debian's 3.5.30-2 lets tenant-a watch past its
-    prefix, and, once it filled the quota, delete tenant-b's keys, grant itself root and turn
-    auth off."""
+    prefix, use and revoke tenant-b's own lease, no budget stops its fill, and once it filled
+    the quota, a nested put still writes, and it deletes tenant-b's keys, grants itself root
+    and turns auth off."""
     _pki(tmp_path)
     m = Member(tmp_path, _binaries(tmp_path, "3.5.30-2"))
     try:
         attack, done = _attack(m, "full", nospace=True)
     finally:
         m.stop()
+    assert attack["fill"]["stopped_by"] == "nospace", attack["fill"]   # no budget stopped it
     normal, nospace = _outcomes(attack, "normal"), _outcomes(attack, "nospace")
     assert normal["watch every key from its own key on (GHSA-xg4h-6gfc-h4m8)"] == "succeeded"
     assert normal["delete another tenant's key"] == "refused"
+    for name in ("attach its key to another tenant's own lease with no key",
+                 "keep another tenant's own lease with no key alive",
+                 "revoke another tenant's lease with no key attached"):
+        assert normal[name] == "succeeded", (name, normal[name])
+    if _python() == SYSTEM_PYTHON:
+        assert normal["grant a lease with the ID the server gives another tenant next (its own choice)"] == "succeeded"
+        assert nospace["a put into its own prefix nested in a transaction (etcd-io/etcd#22167: it cost "
+                       "nothing against the quota)"] == "succeeded"
     for name in ("delete another tenant's key", "delete another tenant's whole prefix",
                  "revoke another tenant's lease (a key attached)", "grant itself root",
                  "add a user", "disable auth"):
@@ -326,5 +394,5 @@ def test_every_tenant_at_once_as_verify_runs_them(patched: Member) -> None:
     for result in results:
         out = _outcomes(result, "normal")
         assert [n for n, o in out.items() if o in ("succeeded", "error")] == [], result
-        assert out["revoke another tenant's lease with no key attached"] == "allowed"
+        assert out["revoke another tenant's lease with no key attached"] == "refused"
     assert done["changed"] == {} and done["auth"] == "on", done

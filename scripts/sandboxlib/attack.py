@@ -51,7 +51,9 @@ def render(data: dict[str, Any]) -> str:
         for phase in result.get("phases") or []:
             out.append(f"    {result.get('tenant')}, {attacks.phase_line(phase)}")
         if result.get("fill"):
-            out.append(f"    {result.get('tenant')}: {result['fill'].get('detail', '')}")
+            out.append(f"    {result.get('tenant')}, its own fill: {result['fill'].get('detail', '')}")
+        if result.get("admin_fill"):
+            out.append(f"    then {result['admin_fill'].get('detail', '')}")
     for c in data.get("checks") or []:
         out.append(f"{'PASS' if c.get('ok') else 'FAIL'} {c.get('name')}: {c.get('detail')}")
     return "\n".join(out)
@@ -63,13 +65,24 @@ def cmd_attack(args: argparse.Namespace) -> int:
     check_owner(sb)
     path = sb.topo.state_dir / "attack.json"
     path.unlink(missing_ok=True)
+    if args.flood and args.nospace:
+        raise UsageError("attack: --flood and --nospace are two runs (NOSPACE is undone before "
+                         "a flood can tell anything): run `attack --nospace`, then `attack --flood`")
+    if args.flood_seconds is not None and not args.flood:
+        raise UsageError("attack --flood-seconds: give --flood too")
+    seconds = args.flood_seconds if args.flood_seconds is not None else 60
+    if args.flood and not 5 <= seconds <= 3600:
+        raise UsageError(f"attack --flood-seconds: {seconds} is not between 5 and 3600")
     print(f"sandbox: tenant {args.tenant} attacks the shared etcd with its own certificate"
-          + (" (first it fills the backend quota through its own prefix until etcd raises "
-             "NOSPACE, then everything again)" if args.nospace else "")
+          + (" (then it fills its own prefix until etcd refuses: its write budget, or NOSPACE;"
+             " then everything again under NOSPACE)" if args.nospace else "")
+          + (f" (then it floods its own prefix by every means for {seconds} s while the other "
+             "tenants write)" if args.flood else "")
           + ": if isolation fails, other tenants' keys are deleted -- a sandbox's work only",
           flush=True)
     extra = {"sandbox_attack_tenant": args.tenant, "sandbox_attack_nospace": bool(args.nospace),
-             "sandbox_attack_report": str(path)}
+             "sandbox_attack_flood": bool(args.flood), "sandbox_attack_report": str(path),
+             **({"sandbox_attack_flood_seconds": seconds} if args.flood else {})}
     t0 = time.time()
     failed: Exception | None = None
     with runner.run_context(sb.topo, "attack") as ctx:
@@ -103,6 +116,14 @@ def add_commands(add: Callable[[str, str, Any], argparse.ArgumentParser]) -> Non
                       "certificate (playbooks/attack.yml; docs/security.md)", cmd_attack)
     a.add_argument("--tenant", metavar="T", help="the attacking tenant (default: the first)")
     a.add_argument("--nospace", action="store_true",
-                   help="fill the backend quota through the tenant's own prefix until etcd "
-                        "raises NOSPACE, then try everything again (undone afterwards)")
+                   help="fill the tenant's own prefix until etcd refuses (its write budget; the "
+                        "admin then raises NOSPACE), then try everything again under NOSPACE "
+                        "(undone afterwards)")
+    a.add_argument("--flood", action="store_true",
+                   help="flood the tenant's own prefix by every means while the other tenants "
+                        "write, and check they all succeed, the database stays under the quota "
+                        "and the tenant is stopped by its budget alone (it stays over it: "
+                        "`defrag --compact` after deleting, or the next compaction, brings it back)")
+    a.add_argument("--flood-seconds", type=int, metavar="S",
+                   help="how long the flood lasts (default 60)")
     a.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -4,7 +4,7 @@ the first etcd member with etcdctl as the admin (the member's wrapper: its endpo
 admin certificate).
 
 usage: hostile_admin.py SPEC   (SPEC = base64 of a JSON object; stdlib only)
-  op: "prepare" | "finish"
+  op: "prepare" | "fill" | "finish"
   etcdctl: argv of etcdctl as the admin
   tenants: [{name, prefix}]  (prefix as kube-apiserver uses it: "/<prefix>/")
 prepare: for each tenant a key under its prefix with a lease attached (the other tenants try
@@ -15,6 +15,10 @@ prepare: for each tenant a key under its prefix with a lease attached (the other
   [[key, create, mod, version, lease, sha256], ...]}}; a target: {tenant, prefix, key, lease,
   empty_leases: {attacking tenant: lease}}. With keys_file (a path on the member): the keys
   written there (0600) instead, and {"targets", "keys_file", "key_counts"} printed.
+fill: as the admin, 1 MB values under k0sbox-attack-fill/ (a range no tenant may touch) until
+  etcd raises NOSPACE -- where the tenants' write budgets stop a tenant's own fill first, the
+  suite's attempts under NOSPACE need the admin to raise it (fill_max_bytes: the most to write).
+  Prints {"raised": bool, "bytes", "puts", "detail"}; finish's caller deletes the range.
 finish (also: targets, keys or keys_file from prepare (the file removed after); recovered: what the caller undid before, said again
   in the result). The caller deletes the attempts' fill and undoes NOSPACE first, as
   `scripts/sandbox defrag --compact` does (roles/etcd/tasks/defrag/cluster.yml; sandbox_verify's
@@ -111,6 +115,29 @@ def prepare(a: Admin, spec: dict[str, Any]) -> dict[str, Any]:
     return {"targets": targets, "keys": keys}
 
 
+ADMIN_FILL = "k0sbox-attack-fill/"
+
+
+def fill(a: Admin, spec: dict[str, Any]) -> dict[str, Any]:
+    """1 MB values under ADMIN_FILL as the admin until etcd raises NOSPACE."""
+    size, limit = 1000000, int(spec.get("fill_max_bytes", 256 * 1024 * 1024))
+    value = base64.b64encode(os.urandom(size))[:size].decode()
+    written = n = 0
+    while written < limit:
+        rc, out = a.run("put", f"{ADMIN_FILL}{n}", stdin=value, timeout=30)
+        if "database space exceeded" in out:
+            break
+        if rc != 0:
+            return {"raised": False, "bytes": written, "puts": n,
+                    "detail": f"put {n} failed: {' '.join(out.split())[-200:]}"}
+        written += size
+        n += 1
+    raised = "NOSPACE" in a.run("alarm", "list")[1]
+    return {"raised": raised, "bytes": written, "puts": n,
+            "detail": (f"the admin raised NOSPACE after {n} puts of {size} bytes under {ADMIN_FILL}"
+                       if raised else f"no NOSPACE after {written} bytes")}
+
+
 def auth_state(a: Admin) -> str:
     rc, out = a.run("auth", "status")
     if rc == 0:
@@ -139,7 +166,8 @@ def finish(a: Admin, spec: dict[str, Any]) -> dict[str, Any]:
         path.unlink()
     kept = kept or {}
     for name, target in (spec.get("targets") or {}).items():
-        for lease in [target["lease"], *(target.get("empty_leases") or {}).values()]:
+        for lease in [target["lease"], *(target.get("empty_leases") or {}).values(),
+                      *([target["bait"]] if target.get("bait") else [])]:
             a.run("lease", "revoke", lease)   # gone already when an attempt revoked it
         a.run("del", "--prefix", target["prefix"] + WORK)
         before = {k[0]: k for k in kept.get(name, [])}
@@ -164,7 +192,7 @@ def main() -> int:
     spec = json.loads(base64.b64decode(sys.argv[1]))
     a = Admin(spec)
     try:
-        out = {"prepare": prepare, "finish": finish}[spec["op"]](a, spec)
+        out = {"prepare": prepare, "fill": fill, "finish": finish}[spec["op"]](a, spec)
     except RuntimeError as exc:
         print(f"hostile_admin.py {spec['op']}: {exc}", file=sys.stderr)
         return 1

@@ -15,16 +15,26 @@ usage: hostile_tenant.py SPEC   (SPEC = base64 of a JSON object; stdlib only)
   metrics:   ["http://<member>:2381", ...] the members' metrics listeners ("" = none)
   compact_rev_key: "read" | "readwrite": what the tenant's role grants on kube-apiserver's
              compaction key (readwrite only where the tenants' API servers compact)
+             victims' entries may also name a "bait": a lease with no key that the victim
+             granted itself, with its own certificate (its owner: the sandbox's etcd build
+             refuses every other tenant its use)
   mode:      "quick": refusals only, nothing that would harm another tenant if it were let
              through (verify); "full": also the real attack (delete another tenant's whole
-             prefix) and, with nospace, everything again while NOSPACE is raised
-  nospace:   fill the backend quota through the tenant's own prefix (fill_prefix) until etcd
-             raises NOSPACE, then try everything again (full mode)
+             prefix)
+  phase:     "normal" (default) or "nospace": the same attempts while NOSPACE is raised (by
+             the tenant's own fill on a build without budgets, else by the admin: the caller
+             raises it between the two runs)
+  fill:      (full mode, phase normal) after the attempts, write 1 MB values under its own
+             prefix (fill_prefix) until etcd refuses: its write budget (the sandbox's build:
+             "tenant write budget exceeded", no alarm) or NOSPACE; stopped by its budget, it
+             then tries every way of writing once more (phase "over its budget": each refused)
   fill_prefix, fill_value_bytes, fill_max_bytes
 Each attempt is recorded as refused, succeeded, allowed (what etcd or the sandbox grants every
 tenant on purpose, with the reason), n/a (with the reason) or error (no answer that says
 either). Prints {"tenant", "phases": [{"phase", "attempts": [{name, target, outcome,
-detail}]}], "fill": {...}}. Order within a phase: data, leases, maintenance, membership, users
+detail}]}], "fill": {...}}. A few attempts speak gRPC (a lease ID of its own choosing, a put
+nested in a transaction): through python3-etcd3's stubs where the node has them (the sandbox's
+nodes do), else n/a. Order within a phase: data, leases, maintenance, membership, users
 and roles, auth disable last, so that an escalation let through does not make the attempts
 after it look like bypasses of their own.
 """
@@ -45,6 +55,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 TIMEOUT = 10.0
@@ -53,6 +64,7 @@ WATCH_WINDOW = 1.5
 DENIED = ("permission denied", "authentication failed", "invalid auth token",
           "user name is empty")
 NOSPACE = "database space exceeded"
+BUDGET = "tenant write budget exceeded"
 WORK = "k0sbox-attack/"
 
 
@@ -96,11 +108,20 @@ def short(text: str) -> str:
 NOT_SENT = ("usage:", "unknown command", "unknown flag", "unknown shorthand flag")
 
 
+# A lease an earlier attempt let through already revoked (a build without lease owners): the
+# attempts on it in the later phase have no target.
+GONE = ("requested lease not found", "lease not found")
+
+
 def judge(a: Attempt, rc: int, out: str) -> tuple[str, str]:
     low = out.lower()
-    if not a.run and any(n in low for n in NOT_SENT):
-        return "n/a", "this etcdctl has no such command or flag: nothing was sent"
-    if any(d in low for d in DENIED) or any(r in low for r in a.refused_also):
+    if any(n in low for n in NOT_SENT) and (not a.run or low.startswith("usage: not sent")):
+        return "n/a", ("this etcdctl has no such command or flag: nothing was sent" if not a.run
+                       else out.split(": ", 2)[-1])
+    if a.target.startswith("lease ") and rc != 0 and any(g in low for g in GONE):
+        return "n/a", f"the lease is gone (revoked by an earlier attempt let through): {short(out)}"
+    # its write budget refuses a tenant's own writes too (the sandbox's build): a refusal
+    if any(d in low for d in DENIED) or BUDGET in low or any(r in low for r in a.refused_also):
         outcome = "refused"
     elif rc == 0 or any(p in low for p in a.passed_if):
         outcome = "succeeded"
@@ -127,6 +148,63 @@ class Suite:
 
     def e(self, *args: str) -> list[str]:
         return [*self.ctl, *args]
+
+    # -- attempts in gRPC (etcdctl has no nested transaction, no lease ID of one's choosing) ----
+    def grpc(self) -> Any:
+        """(KV stub, Lease stub, etcdrpc) with the tenant's certificate, or the reason why not."""
+        if getattr(self, "_grpc", None) is None:
+            try:
+                import grpc  # type: ignore[import-not-found]
+                from etcd3 import etcdrpc  # type: ignore[import-not-found]
+                from etcd3.etcdrpc import rpc_pb2_grpc  # type: ignore[import-not-found]
+            except ImportError as exc:
+                self._grpc: Any = f"python3-etcd3 is not on this node ({exc})"
+                return self._grpc
+            first = next((a.split("=", 1)[1].split(",")[0] for a in self.ctl
+                          if a.startswith("--endpoints=")), "")
+            creds = grpc.ssl_channel_credentials(*(Path(self.spec[f]).read_bytes()
+                                                   for f in ("ca", "key", "cert")))
+            channel = grpc.secure_channel(first.split("://", 1)[-1], creds)
+            self._grpc = (rpc_pb2_grpc.KVStub(channel), rpc_pb2_grpc.LeaseStub(channel), etcdrpc)
+        return self._grpc
+
+    def rpc(self, fn: Callable[[Any, Any, Any], Any]) -> tuple[int, str]:
+        got = self.grpc()
+        if isinstance(got, str):
+            return 127, f"usage: not sent: {got}"
+        try:
+            return 0, str(fn(*got)).strip()[:200] or "accepted"
+        except Exception as exc:   # an RpcError's details are etcd's answer
+            details = getattr(exc, "details", None)
+            return 1, str(details() if callable(details) else exc)
+
+    def chosen_lease_id(self) -> tuple[int, str]:
+        """Its own lease, then one with the ID the server would give next (server-chosen IDs
+        count up): the ID another tenant's next grant on that member would get."""
+        def go(kv: Any, lease: Any, rpc: Any) -> str:
+            own = int(lease.LeaseGrant(rpc.LeaseGrantRequest(TTL=60), timeout=TIMEOUT).ID)
+            try:
+                got = lease.LeaseGrant(rpc.LeaseGrantRequest(TTL=60, ID=own + 1), timeout=TIMEOUT)
+                lease.LeaseRevoke(rpc.LeaseRevokeRequest(ID=int(got.ID)), timeout=TIMEOUT)
+                return f"granted lease {own + 1:x}, the ID it chose (revoked again)"
+            finally:
+                lease.LeaseRevoke(rpc.LeaseRevokeRequest(ID=own), timeout=TIMEOUT)
+        return self.rpc(go)
+
+    def nested_put(self, key: str, size: int = 1000) -> tuple[int, str]:
+        def go(kv: Any, lease: Any, rpc: Any) -> str:
+            inner = rpc.TxnRequest(success=[rpc.RequestOp(request_put=rpc.PutRequest(
+                key=key.encode(), value=os.urandom(size)))])
+            kv.Txn(rpc.TxnRequest(success=[rpc.RequestOp(request_txn=inner)]), timeout=TIMEOUT)
+            return f"a {size}-byte put nested in a transaction applied"
+        return self.rpc(go)
+
+    def keep_values(self, keys: list[str]) -> tuple[int, str]:
+        def go(kv: Any, lease: Any, rpc: Any) -> str:
+            kv.Txn(rpc.TxnRequest(success=[rpc.RequestOp(request_put=rpc.PutRequest(
+                key=k.encode(), ignore_value=True)) for k in keys]), timeout=TIMEOUT)
+            return f"{len(keys)} puts keeping their values applied"
+        return self.rpc(go)
 
     # -- attempts that need more than one etcdctl call ------------------------------------
     def watch(self, key: str, range_end: str) -> tuple[int, str]:
@@ -242,11 +320,22 @@ class Suite:
                         self.e("lease", "timetolive", v["lease"]),
                         either="etcd answers a lease's TTL (not its keys) to any user"),
                 Attempt("revoke another tenant's lease with no key attached", f"lease {empty}",
-                        self.e("lease", "revoke", empty),
-                        allowed="etcd checks a revoke against the keys attached to the lease: "
-                                "one with none is anyone's to revoke",
-                        na="revoked in the first phase already" if nospace else ""),
+                        self.e("lease", "revoke", empty)),
             ]
+            bait = v.get("bait")
+            if bait:
+                # the victim's own lease with no key yet, as its API server's is a moment
+                # after the grant: etcd checks a lease only against the keys attached to it
+                out += [
+                    Attempt("attach its key to another tenant's own lease with no key", f"lease {bait}",
+                            self.e("put", work + "on-bait", "x", f"--lease={bait}"), refused_also=also),
+                    Attempt("keep another tenant's own lease with no key alive", f"lease {bait}",
+                            self.e("lease", "keep-alive", "--once", bait)),
+                    Attempt("read the TTL of another tenant's own lease", f"lease {bait}",
+                            self.e("lease", "timetolive", bait)),
+                    Attempt("revoke another tenant's own lease with no key", f"lease {bait}",
+                            self.e("lease", "revoke", bait)),
+                ]
             roles += [
                 Attempt("grant itself another tenant's role", vt,
                         self.e("user", "grant-role", self.tenant, vt)),
@@ -262,6 +351,9 @@ class Suite:
                     run=lambda: self.watch(own + "~", "\x00")),
             Attempt("read the whole keyspace", "\\x00 ..", self.e("get", "", "--from-key", "--keys-only", "--limit=1")),
             Attempt("write the bare key of its prefix", stem, self.e("put", stem, "x"), refused_also=also),
+            Attempt("a put into its own prefix nested in a transaction (etcd-io/etcd#22167: it cost "
+                    "nothing against the quota)", own + WORK, run=lambda: self.nested_put(work + "nested"),
+                    allowed="" if nospace else "its own prefix, within its budget", refused_also=also),
             Attempt("write into a neighbour prefix", stem + "a/", self.e("put", stem + "a/" + WORK, "x"),
                     refused_also=also),
             Attempt("read the end of its range", stem + "0", self.e("get", stem + "0")),
@@ -280,6 +372,8 @@ class Suite:
             Attempt("list every lease", "leases", self.e("lease", "list")),
             Attempt("grant a lease of its own", "lease", self.e("lease", "grant", "60"),
                     allowed="kube-apiserver grants leases (events, endpoints)", refused_also=also),
+            Attempt("grant a lease with the ID the server gives another tenant next (its own choice)",
+                    "lease ID", run=self.chosen_lease_id, refused_also=also),
             Attempt("list the alarms", "alarms", self.e("alarm", "list"),
                     allowed="etcd answers AlarmList to any user (3.5.29+, etcd-io/etcd#21550)"),
             Attempt("disarm the alarms", "alarms", self.e("alarm", "disarm"),
@@ -354,6 +448,42 @@ class Suite:
         ]
         return out
 
+    def top_up(self) -> int:
+        """After its fill: what room its budget still has taken with smaller puts and leases,
+        as a flood takes it, so that no write of any size fits (the attempts then show each
+        way refused). Returns the bytes written."""
+        n = written = 0
+        for size in (100000, 10000, 1000, 100, 1):
+            for _ in range(200):
+                rc, out = sh(self.e("put", f"{self.spec['fill_prefix']}top-{n:06d}"), stdin="x" * size)
+                n += 1
+                if rc != 0:
+                    break
+                written += size
+        for _ in range(50):
+            if sh(self.e("lease", "grant", "600"))[0] != 0:
+                break
+        return written
+
+    def over_budget(self, kept: list[str]) -> list[Attempt]:
+        """Every way of writing, once the tenant's own fill was stopped by its write budget:
+        each refused ("tenant write budget exceeded") but deletes, which free space."""
+        work = self.spec["fill_prefix"] + "over-"   # keys as long as the top-up's
+        over = (BUDGET,)
+        return [
+            Attempt("a put into its own prefix", work + "put", self.e("put", work + "put000", "x"),
+                    refused_also=over),
+            Attempt("a put nested in a transaction", work + "nested",
+                    run=lambda: self.nested_put(work + "nested", 1), refused_also=over),
+            Attempt("puts that store its big keys again (ignore_value)", work,
+                    run=lambda: self.keep_values(kept[:16]), refused_also=over,
+                    na="" if kept else "its fill wrote no key"),
+            Attempt("grant a lease", "lease", self.e("lease", "grant", "60"), refused_also=over),
+            Attempt("delete one of its own keys", kept[0] if kept else work, self.e("del", kept[0] if kept else work + "x"),
+                    allowed="deletes pass a write budget: a tenant over it may free space",
+                    refused_also=over),
+        ]
+
     def attempt(self, a: Attempt) -> dict[str, Any]:
         if a.na:
             return {"name": a.name, "target": a.target, "outcome": "n/a", "detail": a.na}
@@ -362,24 +492,38 @@ class Suite:
         return {"name": a.name, "target": a.target, "outcome": outcome, "detail": detail}
 
     def fill(self) -> dict[str, Any]:
-        """Write under the tenant's own prefix until etcd raises NOSPACE."""
+        """Write under the tenant's own prefix until etcd refuses: its write budget (the
+        sandbox's build, no alarm) or NOSPACE (the whole cluster's quota)."""
         size = int(self.spec.get("fill_value_bytes", 1000000))
         limit = int(self.spec.get("fill_max_bytes", 64 * 1024 * 1024))
         value = base64.b64encode(os.urandom(size))[:size].decode()
-        written, n, t0 = 0, 0, time.monotonic()
+        written, n, t0, stopped = 0, 0, time.monotonic(), ""
+        keys: list[str] = []
         while written < limit:
-            rc, out = sh(self.e("put", f"{self.spec['fill_prefix']}{n}"), stdin=value, timeout=30)
-            if NOSPACE in out:
+            key = f"{self.spec['fill_prefix']}{n}"
+            rc, out = sh(self.e("put", key), stdin=value, timeout=30)
+            if NOSPACE in out or BUDGET in out:
+                stopped = "budget" if BUDGET in out else "nospace"
                 break
             if rc != 0:
-                return {"ok": False, "detail": f"put {n} failed: {short(out)}", "bytes": written}
+                return {"ok": False, "detail": f"put {n} failed: {short(out)}", "bytes": written,
+                        "keys": keys}
+            keys.append(key)
             written += size
             n += 1
         rc, alarms = sh(self.e("alarm", "list"))
-        ok = "NOSPACE" in alarms
-        return {"ok": ok, "bytes": written, "puts": n, "seconds": round(time.monotonic() - t0, 1),
-                "detail": (f"NOSPACE raised after {n} puts of {size} bytes under its own prefix"
-                           if ok else f"no NOSPACE after {written} bytes: {short(alarms)}")}
+        raised = "NOSPACE" in alarms
+        seconds = round(time.monotonic() - t0, 1)
+        if stopped == "budget":
+            return {"ok": not raised, "stopped_by": "budget", "bytes": written, "puts": n,
+                    "seconds": seconds, "keys": keys, "alarms": alarms.strip(),
+                    "detail": (f"stopped by its write budget after {n} puts of {size} bytes under its "
+                               "own prefix ('tenant write budget exceeded'), no alarm"
+                               if not raised else f"stopped by its budget, but an alarm is raised: {short(alarms)}")}
+        return {"ok": raised, "stopped_by": "nospace" if raised else "", "bytes": written, "puts": n,
+                "seconds": seconds, "keys": keys,
+                "detail": (f"NOSPACE raised after {n} puts of {size} bytes under its own prefix: no "
+                           "write budget stopped it" if raised else f"no NOSPACE after {written} bytes: {short(alarms)}")}
 
 
 def run_phases(spec: dict[str, Any]) -> dict[str, Any]:
@@ -395,11 +539,17 @@ def _phases(suite: Suite, spec: dict[str, Any]) -> dict[str, Any]:
     client = sh([suite.ctl[0], "version"])[1]
     result: dict[str, Any] = {"tenant": suite.tenant, "client": " ".join(client.split()),
                               "phases": []}
-    result["phases"].append({"phase": "normal", "attempts": [suite.attempt(a) for a in suite.attempts("normal")]})
-    if suite.full and spec.get("nospace"):
+    phase = spec.get("phase", "normal")
+    result["phases"].append({"phase": phase, "attempts": [suite.attempt(a) for a in suite.attempts(phase)]})
+    if suite.full and phase == "normal" and (spec.get("fill") or spec.get("nospace")):
         fill = suite.fill()
         result["fill"] = fill
-        if fill["ok"]:
+        if fill.get("stopped_by") == "budget":
+            fill["topped_up_bytes"] = suite.top_up()
+            result["phases"].append({"phase": "over its budget", "attempts": [
+                suite.attempt(a) for a in suite.over_budget(fill.get("keys") or [])]})
+        elif fill.get("stopped_by") == "nospace" and spec.get("nospace"):
+            # no budget stopped it (a build without them): it raised NOSPACE itself
             result["phases"].append({"phase": "nospace",
                                      "attempts": [suite.attempt(a) for a in suite.attempts("nospace")]})
     return result
