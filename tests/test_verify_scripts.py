@@ -5,8 +5,10 @@ as tests/test_hostile_tenant.py runs its scripts), against real components on lo
 - etcd members of roles/etcd's build (scripts/fetch-etcd-debs) with TLS, RBAC and
   --peer-cert-allowed-cn as tests/test_hostile_tenant.py's Member starts them, one of them with
   roles/etcd's etcd_cipher_suites given as the role gives settings (ETCD_* in etcd's
-  environment), the other with etcd's own list; and a plain-HTTP member
-  (tests/test_sandbox_etcd_prefix.py's fixture);
+  environment), the other with etcd's own list; a plain-HTTP member
+  (tests/test_sandbox_etcd_prefix.py's fixture); a member of Debian 12's etcd 3.4.23 (Go 1.19:
+  other TLS alerts); and, for the refusal probes, loopback ports that are no TLS server (the
+  test's own listeners: one speaking something else, one closing at once, one silent);
 - for verify_tenant.py, roles/crd_apiserver's stand-in (apiextensions-apiserver and kubectl of
   scripts/build-apiserver) with the flags tasks/configure.yml gives it, its etcd flags from a
   tenant's k0s.yaml through the role's own filter, on the TLS member with the tenant's etcd
@@ -197,6 +199,11 @@ def test_member_as_the_role_configures_it_passes_every_probe(member: Member, nod
     # each refusal is the server's own, for the reason the probe is about
     assert got["client without certificate refused"]["detail"] == "refused: TLSV13_ALERT_CERTIFICATE_REQUIRED"
     assert got["client with another CA's certificate refused"]["detail"] == "refused: TLSV1_ALERT_UNKNOWN_CA"
+    # etcd closes a plain-HTTP connection without a word; the port then completes a TLS
+    # handshake with the member's certificate: it is the TLS listener that refused
+    assert got["plain http refused"]["detail"] == (
+        "refused: RemoteDisconnected: Remote end closed connection without response "
+        "(the port speaks TLS only: TLSv1.3, certificate commonName=etcd-member of ca.crt)")
     for name in ("TLS 1.1 refused on the client port", "TLS 1.1 refused on the peer port"):
         assert "TLSV1_ALERT_PROTOCOL_VERSION" in got[name]["detail"], got[name]
     assert "SSLV3_ALERT_HANDSHAKE_FAILURE" in got[
@@ -228,12 +235,17 @@ def test_member_verified_with_another_ca_fails_and_a_client_error_is_no_refusal(
     assert "CERTIFICATE_VERIFY_FAILED" in admin["detail"], admin
     assert checks[f"{HOST}: admin certificate accepted"]["ok"] is False
 
+    # neither answered nor refused by the server (ok None): the check fails
     peer = got["admin certificate refused on the peer port"]
-    assert (peer["expect"], peer["ok"]) == (False, True)
+    assert (peer["expect"], peer["ok"]) == (False, None)
     assert peer["detail"].startswith("not refused by the server as expected (BAD_CERTIFICATE): "
-                                     "refused: SSLCertVerificationError"), peer
+                                     "SSLCertVerificationError: [SSL: CERTIFICATE_VERIFY_FAILED]"), peer
     assert checks[f"{HOST}: admin certificate refused on the peer port"]["ok"] is False
     assert checks[f"{HOST}: member certificate accepted on the peer port"]["ok"] is False
+    # the same for the client port's refusals: a server the client cannot verify refused nothing
+    for name in ("client without certificate refused", "client with another CA's certificate refused"):
+        assert got[name]["ok"] is None and "CERTIFICATE_VERIFY_FAILED" in got[name]["detail"], got[name]
+        assert checks[f"{HOST}: {name}"]["ok"] is False
     # the server refuses TLS 1.1 before any certificate is looked at: still the server's refusal
     assert checks[f"{HOST}: TLS 1.1 refused on the client port"]["ok"] is True
 
@@ -255,12 +267,127 @@ def test_member_serving_plain_http_fails_the_tls_probes(etcd: Any, node_pki: Pat
     # a refusal named in the probe must be the server's: a handshake that fails on the
     # client's side (no TLS at all) is not one
     for name in ("TLS 1.1 refused on the client port",
-                 "TLS 1.2 with a cipher outside etcd_cipher_suites refused"):
+                 "TLS 1.2 with a cipher outside etcd_cipher_suites refused",
+                 "client without certificate refused", "client with another CA's certificate refused"):
         assert checks[f"{HOST}: {name}"]["ok"] is False, got[name]
         assert got[name]["detail"].startswith("not refused by the server as expected"), got[name]
-    # NOTE: the two probes without a `refusal` count any failure as a refusal, so they pass
-    # here; "plain http refused" above is what catches this member.
-    assert checks[f"{HOST}: client without certificate refused"]["ok"] is True
+    assert got["client without certificate refused"]["detail"].startswith(
+        "not refused by the server as expected (CERTIFICATE_REQUIRED or BAD_CERTIFICATE): SSLEOFError")
+
+
+class NotEtcd:
+    """A TCP listener on loopback that is no etcd, for the refusal probes: "no-tls" reads what
+    the client sends and answers a line that is neither TLS nor HTTP; "close" closes every
+    connection at once; "silent" reads and never answers (the probe's timeout ends it)."""
+
+    def __init__(self, mode: str) -> None:
+        import socket
+        import threading
+
+        self.mode, self.conns = mode, []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"https://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.mode == "close":
+                conn.close()
+                continue
+            self.conns.append(conn)
+            if self.mode == "no-tls":
+                conn.settimeout(5)
+                try:
+                    conn.recv(4096)
+                    conn.sendall(b"220 a service that speaks no TLS\r\n")
+                except OSError:
+                    pass
+                conn.close()
+
+    def stop(self) -> None:
+        import socket
+
+        self.sock.shutdown(socket.SHUT_RDWR)   # wakes the accept() (a close alone does not)
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+        self.thread.join(timeout=10)
+
+
+REFUSAL_PROBES = ("client without certificate refused", "client with another CA's certificate refused",
+                  "plain http refused")
+
+
+@pytest.mark.parametrize("mode", ["no-tls", "close", "silent", "nothing listening"])
+def test_refusal_probes_fail_where_no_tls_server_refuses(mode: str, member: Member, node_pki: Path,
+                                                         other_ca: Path) -> None:
+    """tasks/members.yml's refusal probes (no certificate, another CA's, plain http) against a
+    port that is no TLS server: one that speaks something else, one that closes at once, one
+    that never answers, nothing listening. None is the server's refusal: each probe is neither
+    answered nor refused (ok None) and its check FAILs (before: any failure passed). Against
+    the member (mTLS), the same probes PASS (test_member_as_the_role_configures_it_...)."""
+    fake = None if mode == "nothing listening" else NotEtcd(mode)
+    url = fake.url if fake else f"https://127.0.0.1:{free_ports(1)[0]}"
+    try:
+        probes = [p for p in member_task_probes(node_pki, url, url, url.replace("https", "http"))
+                  if p["name"] in REFUSAL_PROBES]
+        assert [p["name"] for p in probes] == list(REFUSAL_PROBES)
+        out = report("verify_member.py", {"probes": probes}, other_env(other_ca))
+    finally:
+        if fake:
+            fake.stop()
+    checks, got = role_checks(out["probes"]), by_name(out["probes"])
+    for name in REFUSAL_PROBES:
+        assert got[name]["ok"] is None, got[name]
+        assert got[name]["detail"].startswith("not refused by the server as expected ("), got[name]
+        assert checks[f"{HOST}: {name}"]["ok"] is False, checks
+    if mode == "close":
+        assert got["plain http refused"]["detail"].endswith(
+            f"and the port completes no TLS handshake with {node_pki}/ca.crt"), got
+    # and the real member's refusals pass, judged by the same script and filter
+    real = [p for p in member_task_probes(node_pki, member.client, member.peer, member.metrics)
+            if p["name"] in REFUSAL_PROBES]
+    passed = role_checks(report("verify_member.py", {"probes": real}, other_env(other_ca))["probes"])
+    assert {n: c["ok"] for n, c in passed.items()} == {f"{HOST}: {n}": True for n in REFUSAL_PROBES}
+
+
+@pytest.fixture(scope="module")
+def debian12_member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Member]:
+    """A member of Debian 12's etcd 3.4.23 (built with Go 1.19), what roles/etcd's package
+    method installs from the nodes' apt sources (etcd_package_version ""), with the same TLS
+    and RBAC."""
+    tmp = tmp_path_factory.mktemp("debian12")
+    res = subprocess.run(["apt-get", "download", "etcd-server=3.4.23-4+b4", "etcd-client=3.4.23-4+b4"],
+                         cwd=tmp, capture_output=True, text=True, check=False)
+    debs = sorted(tmp.glob("etcd-*_3.4.23*.deb"))
+    if res.returncode != 0 or len(debs) != 2 or not shutil.which("dpkg-deb"):
+        pytest.skip(f"Debian 12's etcd 3.4.23 cannot be had here: {res.stderr.strip()[-200:]}")
+    for deb in debs:
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp / "root")], check=True)
+    _pki(tmp)
+    m = Member(tmp, tmp / "root" / "usr" / "bin")
+    yield m
+    m.stop()
+
+
+def test_refusal_probes_pass_on_debian12_etcd_whose_go_says_bad_certificate(
+        debian12_member: Member, other_ca: Path) -> None:
+    """etcd 3.4.23's Go 1.19 refuses a client without a certificate, over TLS 1.3 too, with
+    BAD_CERTIFICATE (3.5.30's Go 1.27: CERTIFICATE_REQUIRED) and another CA's with
+    BAD_CERTIFICATE (UNKNOWN_CA): the alerts the probes accept."""
+    m = debian12_member
+    probes = [p for p in member_task_probes(m.tmp, m.client, m.peer, m.metrics) if p["name"] in REFUSAL_PROBES]
+    out = report("verify_member.py", {"probes": probes}, other_env(other_ca))
+    got = by_name(out["probes"])
+    assert {n: c["ok"] for n, c in role_checks(out["probes"]).items()} == {
+        f"{HOST}: {n}": True for n in REFUSAL_PROBES}, out["probes"]
+    for name in REFUSAL_PROBES[:2]:
+        assert got[name]["detail"] == "refused: SSLV3_ALERT_BAD_CERTIFICATE", got[name]
 
 
 def test_member_without_tls_answers_plain_http_and_not_https(etcd: Any, member: Member) -> None:

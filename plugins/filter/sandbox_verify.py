@@ -100,7 +100,8 @@ def sandbox_peer_probes(members: dict[str, str], port: int, ca: str, cert: str,
 
 
 def sandbox_probe_checks(probes: list[dict[str, Any]], host: str) -> list[Check]:
-    """Probes from verify_member.py: name, expect (True = must work), ok, detail."""
+    """Probes from verify_member.py: name, expect (True = must work, False = the server must
+    refuse it), ok (True answered, False refused by the server, None neither), detail."""
     return [_check(f"{host}: {p['name']}", p.get("ok") == p["expect"], p.get("detail", ""))
             for p in probes]
 
