@@ -59,8 +59,9 @@ def test_over_max_bytes_fails_naming_the_tenant_its_bytes_and_its_max(max_bytes:
     if over:
         assert check["detail"].startswith(
             f"tenant ta holds 11527 bytes under /ta/ (21 keys), over its max_bytes {max_bytes}; "
-            "delete objects or raise max_bytes (a check, not a limit: etcd has no per-prefix "
-            "quota, etcd-io/etcd#10084)")
+            "delete objects or raise max_bytes (its write budget too: the sandbox's etcd build "
+            "refuses its writes past it, counting every revision not yet compacted; another "
+            "build enforces nothing, etcd-io/etcd#10084)")
         assert usage.line(entry).endswith(f"OVER its max_bytes {max_bytes}")
     else:
         assert check["detail"].endswith("within its max_bytes 11527")
@@ -71,14 +72,14 @@ def test_a_max_bytes_that_is_no_positive_int_fails_the_check_naming_the_field() 
     entry = usage.entries(_hosts(ta=READ), [_tenant("ta", max_bytes="10MB")], QUOTA)[0]
     assert entry["over_max_bytes"] is False
     assert usage.line(entry).endswith("; k0s_tenants (ta).max_bytes: '10MB' is not a positive "
-                                      "integer; give the most bytes (keys and values under the "
-                                      "tenant's prefix) verify allows, e.g. max_bytes: "
+                                      "integer; give the tenant's write budget, the most bytes "
+                                      "its prefix and leases may take in etcd, e.g. max_bytes: "
                                       "104857600, or leave it out")
     assert usage.check(entry) == {
         "name": "ta: usage under /ta/ within max_bytes", "ok": False,
-        "detail": ("k0s_tenants (ta).max_bytes: '10MB' is not a positive integer; give the most "
-                   "bytes (keys and values under the tenant's prefix) verify allows, e.g. "
-                   "max_bytes: 104857600, or leave it out")}
+        "detail": ("k0s_tenants (ta).max_bytes: '10MB' is not a positive integer; give the "
+                   "tenant's write budget, the most bytes its prefix and leases may take in etcd, "
+                   "e.g. max_bytes: 104857600, or leave it out")}
 
 
 def test_a_failed_or_missing_read_is_a_failed_check() -> None:

@@ -127,7 +127,7 @@ def test_the_inventory_hands_the_roles_the_normalised_prefix(tmp_path: Path) -> 
     assert flt.sandbox_tenant_errors(listed, ["e1"]) == []
 
 
-# max_bytes: the bytes (keys and values) under a tenant's prefix verify allows. Only an int:
+# max_bytes: the tenant's write budget (sandbox_budgets.py). Only an int:
 # YAML's "100" (a string), 1e6 or 100.0 (floats), true (a bool) and 0 or less are refused.
 BAD_MAX_BYTES = ["100", 1.5, 100.0, 0, -1, True, None, [100]]
 
@@ -141,9 +141,9 @@ def test_max_bytes_must_be_a_positive_int_in_a_topology(value: Any, tmp_path: Pa
     with pytest.raises(topology.TopologyError) as err:
         topology.load(path)
     assert str(err.value) == (
-        f"tenants[0] (ta).max_bytes: {value!r} is not a positive integer; give the most bytes "
-        "(keys and values under the tenant's prefix) verify allows, e.g. max_bytes: 104857600, "
-        "or leave it out")
+        f"tenants[0] (ta).max_bytes: {value!r} is not a positive integer; give the tenant's write "
+        "budget, the most bytes its prefix and leases may take in etcd, e.g. max_bytes: "
+        "104857600, or leave it out")
 
 
 @pytest.mark.parametrize("value", BAD_MAX_BYTES, ids=repr)

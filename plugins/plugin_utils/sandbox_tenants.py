@@ -88,12 +88,12 @@ def prefix_error(prefix: str) -> str:
 
 def max_bytes_error(value: Any) -> str:
     """What is wrong with a tenant's ``max_bytes`` ('' when nothing): a positive integer
-    (bytes of keys and values under its prefix that verify allows; etcd has no per-prefix
-    quota, etcd-io/etcd#10084, so it is a check, not a limit)."""
+    (its write budget: what its prefix and leases may take in the backend, enforced by the
+    sandbox's etcd build; verify also compares its keys and values with it)."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return ""
-    return (f"{value!r} is not a positive integer; give the most bytes (keys and values under "
-            "the tenant's prefix) verify allows, e.g. max_bytes: 104857600, or leave it out")
+    return (f"{value!r} is not a positive integer; give the tenant's write budget, the most bytes "
+            "its prefix and leases may take in etcd, e.g. max_bytes: 104857600, or leave it out")
 
 
 def tenant_errors(tenants: Sequence[Mapping[str, Any]], members: Sequence[str] = (),

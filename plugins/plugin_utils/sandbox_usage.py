@@ -3,8 +3,10 @@ its entry (keys, bytes, share of the backend quota, ``max_bytes``), its line and
 Applied by the filter plugins/filter/sandbox_usage.py and by scripts/sandboxlib/usage.py
 (through scripts/sandboxlib/sandbox_usage.py, a link to this file), so both say the same.
 
-etcd cannot enforce a per-prefix quota (etcd-io/etcd#10084): ``max_bytes`` is a check that
-``verify`` makes, not a limit; one tenant can still fill the shared database for all.
+``max_bytes`` is also the tenant's write budget (sandbox_budgets.py), which the sandbox's etcd
+build enforces with its own count (every revision not yet compacted, 256 bytes each, its
+leases); this check compares what its prefix holds now (keys and values) with it, on any
+build.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from .sandbox_tenants import max_bytes_error
 # The collection's root (plugins/plugin_utils/ -> root), read through the link too.
 ETCD_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "etcd" / "defaults" / "main.yml"
 ETCD_OWN_DEFAULT = 2 * 1024**3   # etcd's default quota, where --quota-backend-bytes is unset
-NOT_A_LIMIT = "a check, not a limit: etcd has no per-prefix quota, etcd-io/etcd#10084"
+NOT_A_LIMIT = ("its write budget too: the sandbox's etcd build refuses its writes past it, "
+               "counting every revision not yet compacted; another build enforces nothing, "
+               "etcd-io/etcd#10084")
 
 
 def role_quota(value: Any = None) -> int:

@@ -205,9 +205,9 @@ def _budgets(st: Status, members: list[str]) -> None:
         mine = [m for m in members if m in {n.name for n in view.nodes}]
         got = etcdhttp.ask_members(etcdhttp.http_budgets, topo, st.backend, mine)
         answered = {m: v for m, v in got.items() if v is not None}
-        quota = topo.vars.get("etcd_quota_backend_bytes")
+        quota: Any = st.quota or topo.vars.get("etcd_quota_backend_bytes")   # what they run with
         extra = topo.vars.get("etcd_extra_settings")
-        if isinstance(extra, dict) and extra.get("quota-backend-bytes") is not None:
+        if not st.quota and isinstance(extra, dict) and extra.get("quota-backend-bytes") is not None:
             quota = extra["quota-backend-bytes"]
         wanted = budget_rules.budgets(
             [{"name": t.name, "key_prefix": t.normalized_prefix,

@@ -4,8 +4,8 @@ values), read in one pass at one revision with the tenant's own certificate
 share of the backend quota (etcd's ``--quota-backend-bytes``) and, where the topology gives
 ``tenants[].max_bytes``, whether it is over.
 
-etcd cannot enforce a per-prefix quota (etcd-io/etcd#10084): ``max_bytes`` is a check that
-``verify`` makes, not a limit; one tenant can still fill the shared database for all.
+``max_bytes`` is also the tenant's write budget, which the sandbox's etcd build enforces
+(sandbox_budgets.py; ``status`` shows it as WRITE BUDGET).
 
 ``scripts/sandbox status`` runs playbooks/tenant-usage.yml (:func:`read`); verify's usage
 phase and that playbook build their entries and checks through the filter

@@ -348,12 +348,28 @@ def victim(spec: dict[str, Any]) -> dict[str, Any]:
         kv.DeleteRange(rpc.DeleteRangeRequest(key=base, range_end=base[:-1] + b"0"), timeout=30)
     except Exception as exc:
         cleanup.append(f"its etcd keys not deleted: {why(exc)}")
-    if api and created_crd:
-        code, _ = request(*api, "DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + CRD["metadata"]["name"])
-        if code not in (200, 202):
-            cleanup.append(f"its CRD not deleted: HTTP {code}")
-    elif api:
-        code, _ = request(*api, "DELETE", "/apis/k0sbox.sandbox/v1/namespaces/default/floodwitnesses")
+    if api:
+        # its objects, then the CRD it made, each awaited (a deadline, no sleep beyond a poll)
+        objects = "/apis/k0sbox.sandbox/v1/namespaces/default/floodwitnesses"
+        crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + CRD["metadata"]["name"]
+        deadline, left = time.time() + 60, -1
+        while time.time() < deadline:
+            request(*api, "DELETE", objects)
+            code, body = request(*api, "GET", objects)
+            left = len(body.get("items") or []) if code == 200 else -1
+            if left == 0:
+                break
+            time.sleep(0.5)
+        if left != 0:
+            cleanup.append(f"its objects not all deleted ({left} left)")
+        while created_crd and time.time() < deadline:
+            request(*api, "DELETE", crd)
+            if request(*api, "GET", crd)[0] == 404:
+                break
+            time.sleep(0.5)
+        else:
+            if created_crd:
+                cleanup.append("its CRD not deleted")
     return {"op": "victim", "prefix": spec["prefix"], "writers": [etcd_w.result()]
             + ([api_w.result()] if api else []), "notes": notes + cleanup}
 

@@ -263,7 +263,13 @@ class Suite:
         except urllib.error.HTTPError as err:
             return 1, f"HTTP {err.code} {err.read(200).decode(errors='replace')}"
         except (urllib.error.URLError, ssl.SSLError, OSError) as err:
-            return 1, f"refused at the TLS handshake or connection: {getattr(err, 'reason', err)}"
+            tls = err if isinstance(err, ssl.SSLError) else getattr(err, "reason", None)
+            # only the server's own refusal counts: a TLS alert it sent (a bad or unknown
+            # certificate, one whose CN the port does not admit); nothing listening, a timeout
+            # or a port that speaks no TLS is no answer (the attempt is then an error)
+            if isinstance(tls, ssl.SSLError) and "ALERT" in str(tls.reason or "").upper():
+                return 1, f"refused at the TLS handshake: the server's alert {tls.reason}"
+            return 1, f"no refusal from the server: {getattr(err, 'reason', err)}"
 
     def http(self, url: str) -> tuple[int, str]:
         try:
