@@ -145,3 +145,16 @@ def test_validate_refuses_them_before_any_node_is_contacted(tmp_path: Path) -> N
     assert res.returncode != 0, out
     assert "k0s_tenants: the tenants' max_bytes add up to 629145600 bytes (a 629145600)" in out, out
     assert "UNREACHABLE" not in out
+
+
+def test_a_build_without_budgets_is_a_skip_where_the_operator_accepted_it() -> None:
+    """etcd_accepted_advisories: [etcd-io/etcd#10084] (e.g. the crd_apiserver scenario's
+    Debian 12 3.4.23 before its upgrade): verify says so instead of failing; not where a
+    member of the sandbox's build disagrees with the topology."""
+    wanted = [{"name": "tenant-a", "prefix": "/tenant-a/", "bytes": 4194304, "source": "share"}]
+    stock = {"etcd-1": {}, "etcd-2": {}}
+    [c] = b.member_checks(wanted, stock, ["etcd-io/etcd#10084"])
+    assert c["ok"] and c["skipped"] and "the operator accepted etcd-io/etcd#10084" in c["detail"]
+    assert not b.member_checks(wanted, stock)[0]["ok"]
+    other = {"etcd-1": b.parse_metrics(METRICS)}   # enforces another budget: a finding still
+    assert not b.member_checks([{**wanted[0], "bytes": 1}], other, ["etcd-io/etcd#10084"])[0]["ok"]

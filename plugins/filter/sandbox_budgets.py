@@ -33,10 +33,10 @@ def sandbox_budget_errors(tenants: list[dict[str, Any]], quota: Any = None,
     return budgets.budget_errors(tenants or [], usage.role_quota(quota), share)
 
 
-def sandbox_budget_checks(wanted: list[dict[str, Any]],
-                          members: dict[str, Any]) -> list[dict[str, Any]]:
+def sandbox_budget_checks(wanted: list[dict[str, Any]], members: dict[str, Any],
+                          accepted: list[str] | None = None) -> list[dict[str, Any]]:
     return budgets.member_checks(wanted or [], {m: budgets.parse_metrics(t) if isinstance(t, str) else t
-                                                for m, t in (members or {}).items()})
+                                                for m, t in (members or {}).items()}, accepted or [])
 
 
 class FilterModule:

@@ -146,19 +146,31 @@ def parse_metrics(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+ADVISORY = "etcd-io/etcd#10084"
+
+
 def member_checks(wanted: Sequence[Mapping[str, Any]],
-                  members: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+                  members: Mapping[str, Mapping[str, Mapping[str, Any]]],
+                  accepted: Iterable[str] = ()) -> list[dict[str, Any]]:
     """verify's budget checks, one per tenant, from every member's parsed metrics (member ->
     :func:`parse_metrics`): PASS when every member enforces the tenant's budget as the
     topology gives it and the tenant is under it; FAIL when a member does not (another build,
     or the budget not written), or when the tenant is over its budget: its writes are refused
-    (the detail says what brings them back)."""
+    (the detail says what brings them back). A build that enforces none, where the operator
+    accepted etcd-io/etcd#10084 (etcd_accepted_advisories), is a SKIP saying so."""
     checks = []
+    waived = ADVISORY in set(accepted or ())
     for b in wanted:
         name = f"{b['name']}: write budget {size(int(b['bytes']))} ({b['source']}) enforced by every member"
         missing = [m for m, got in members.items()
                    if (got.get(b["name"]) or {}).get("budget") != int(b["bytes"])
                    or (got.get(b["name"]) or {}).get("prefix") != b["prefix"]]
+        if members and missing and waived and all(not members[m] for m in missing):
+            checks.append({"name": name, "ok": True, "skipped": True, "detail": (
+                f"not enforced on {', '.join(missing)}: their etcd build enforces no budget, and "
+                f"the operator accepted {ADVISORY} (etcd_accepted_advisories): one tenant can "
+                "fill the quota for all")})
+            continue
         if missing or not members:
             seen = {m: (members[m].get(b["name"]) or {}).get("budget") for m in missing}
             checks.append({"name": name, "ok": False, "detail": (
