@@ -83,6 +83,29 @@ def _speaks_tls(url: str, ca: str | None) -> str | None:
         return None
 
 
+def _tls_verdict(url: str, ctx: ssl.SSLContext) -> BaseException | None:
+    """The server's verdict on the client's handshake, read before the client sends a byte:
+    the error (its TLS alert, or what else happened) where it refused or the connection
+    failed, None where it waits for the request (it accepted). In TLS 1.3 the client's side of
+    the handshake completes before the server checks the client's certificate; its alert
+    follows, and a request sent meanwhile can make the server's kernel reset the connection
+    and drop the alert unread (an EOF instead: seen on a podman node, 2026-12-07). So the
+    client first waits for that verdict, as a client with nothing to say yet."""
+    parts = urllib.parse.urlsplit(url)
+    host, port = parts.hostname or "", parts.port or 443
+    try:
+        with socket.create_connection((host, port), timeout=5) as sock, \
+                ctx.wrap_socket(sock, server_hostname=host) as tls:
+            tls.settimeout(3)
+            try:
+                data = tls.recv(1)
+            except (socket.timeout, TimeoutError):
+                return None
+            return ConnectionResetError(f"the server closed the connection without an alert ({data!r})")
+    except (ssl.SSLError, OSError) as exc:
+        return exc
+
+
 def _refused(p: dict, err: BaseException, expected: str) -> tuple[bool | None, str]:
     """Whether ``err`` is the server's refusal the probe expects: ``(False, "refused: ...")``,
     else ``(None, why not)``: a failure that is not the server's refusal is no refusal."""
@@ -146,6 +169,11 @@ def probe(p: dict, other: dict) -> dict:
             ctx.maximum_version = ssl.TLSVersion.TLSv1_2
     path, contains = p.get("path", "/version"), p.get("contains", "etcdserver")
     ok: bool | None
+    if ctx is not None and not p["expect"]:
+        verdict = _tls_verdict(url, ctx)
+        if verdict is not None:
+            ok, detail = _refused(p, verdict, expected)
+            return {"name": p["name"], "expect": p["expect"], "ok": ok, "detail": detail}
     try:
         with urllib.request.urlopen(url.rstrip("/") + path, timeout=5, context=ctx) as resp:
             body = resp.read(2_000_000).decode(errors="replace")
