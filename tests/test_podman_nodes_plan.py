@@ -3,7 +3,7 @@ on podman inspect's own fields, in every case the scenarios and users meet: a co
 warm one, a node cut off its network (the etcd scenario's fault b and its repair), a node
 reattached without its address, a stopped node (podman stop, a host reboot), a new node image
 (the etcd scenario's case f: running nodes kept, a stopped one started as it is), a changed
-privilege, a node added to the topology (add-members) and a container of a removed node."""
+privilege (CAP_NET_ADMIN included), a node added to the topology (add-members) and a container of a removed node."""
 
 from __future__ import annotations
 
@@ -25,18 +25,20 @@ NODES = [{"name": n, "container": f"k0sbox-t-{n}", "address": f"10.213.230.{11 +
 
 def container(node: dict[str, Any], running: bool = True, image: str = IMAGE,
               address: str | None = None, privileged: bool | None = None,
-              network: str = NET) -> dict[str, Any]:
-    """What podman inspect says of a node's container (the fields the plan reads)."""
+              network: str = NET, caps: list[str] | None = None) -> dict[str, Any]:
+    """What podman inspect says of a node's container (the fields the plan reads); an etcd
+    node is made with NET_ADMIN (podman 4.3 lists it as CAP_NET_ADMIN in CapAdd)."""
     networks = {} if address == "" else {network: {"IPAddress": address or node["address"]}}
+    priv = (node["name"] == "k0s-1") if privileged is None else privileged
+    added = caps if caps is not None else ([] if priv else ["CAP_NET_ADMIN"])
     return {"Name": node["container"], "ImageName": image,
-            "HostConfig": {"Privileged": (node["name"] == "k0s-1") if privileged is None
-                           else privileged},
+            "HostConfig": {"Privileged": priv, "CapAdd": added},
             "State": {"Running": running, "Status": "running" if running else "exited"},
             "NetworkSettings": {"Networks": networks}}
 
 
 def plan(containers: list[dict[str, Any]]) -> dict[str, list[str]]:
-    out = plan_of(containers, NODES, IMAGE, ["k0s_controller"], NET)
+    out = plan_of(containers, NODES, IMAGE, ["k0s_controller"], NET, ["etcd"])
     return {k: [n["name"] for n in v] for k, v in out.items() if v}
 
 
@@ -88,6 +90,27 @@ def test_a_changed_privilege_counts_as_another_image() -> None:
     cs[0] = container(NODES[0], running=False, privileged=True)
     assert plan(cs) == {"other_image": ["k0s-1"], "start": ["etcd-1"],
                         "start_other_image": ["etcd-1"]}
+
+
+def test_an_etcd_node_made_without_net_admin_counts_as_another_privilege() -> None:
+    """A node made before the sandbox gave its etcd nodes NET_ADMIN (roles/etcd's nftables
+    limit on the metrics port) is kept as it is, with the warning; a new one gets it."""
+    cs = [container(n) for n in NODES]
+    cs[0] = container(NODES[0], caps=[])
+    cs[1] = container(NODES[1], running=False, caps=[])
+    assert plan(cs) == {"other_image": ["etcd-1"], "start": ["etcd-2"],
+                        "start_other_image": ["etcd-2"]}
+    # without net_admin_groups (the filter's default) nobody wants it
+    out = plan_of([container(n, caps=[]) for n in NODES], NODES, IMAGE, ["k0s_controller"], NET)
+    assert not any(out.values())
+
+
+def test_new_nodes_get_net_admin_unless_privileged() -> None:
+    caps = load_plugin("plugins/filter/podman_nodes.py").podman_node_capabilities
+    assert caps(["etcd"], ["k0s_controller"], ["etcd"]) == ["NET_ADMIN"]
+    assert caps(["etcd", "k0s_controller"], ["k0s_controller"], ["etcd"]) == []   # has every one
+    assert caps(["lb"], ["k0s_controller"], ["etcd"]) == []
+    assert caps(["etcd"], ["k0s_controller"], []) == []
 
 
 def test_add_members_creates_only_the_new_nodes_and_ignores_removed_ones() -> None:

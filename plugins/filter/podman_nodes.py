@@ -1,7 +1,7 @@
 """Which nodes need podman, from ONE ``podman inspect`` of the sandbox's containers.
 
-``containers | podman_nodes_plan(nodes, image, privileged_groups, network)`` sorts the
-topology's nodes (``sandbox_nodes``: name, container, address, groups) into:
+``containers | podman_nodes_plan(nodes, image, privileged_groups, network[, net_admin_groups])``
+sorts the topology's nodes (``sandbox_nodes``: name, container, address, groups) into:
 
 - ``create``: no container at all -> created (tasks/start.yml);
 - ``start``: a stopped container -> ``podman start`` as it is (same container, its data, its
@@ -14,6 +14,10 @@ topology's nodes (``sandbox_nodes``: name, container, address, groups) into:
   recreating it would lose its etcd data.
 
 A node running from the right image, with its privilege and address, is in none of them.
+"Privilege" includes CAP_NET_ADMIN: a node of ``net_admin_groups`` that is not privileged is
+made with it (``--cap-add NET_ADMIN``: roles/etcd loads nftables rules in the node's own network
+namespace), and a container made without it (before the sandbox gave it) counts as made with
+another privilege.
 
 ``mounts | podman_node_volumes(groups)``: the read-only volumes (``src:dest:ro``) of
 ``sandbox_node_mounts`` that a new node of these groups gets. ``containers |
@@ -33,8 +37,24 @@ def _privileged(node: dict[str, Any], privileged_groups: list[str]) -> bool:
     return bool(set(node.get("groups") or []) & set(privileged_groups or []))
 
 
+def podman_node_capabilities(groups: list[str], privileged_groups: list[str],
+                             net_admin_groups: list[str] | None) -> list[str]:
+    """What ``--cap-add`` a new node of these groups gets (none for a privileged one: it has
+    every capability)."""
+    if set(groups or []) & set(privileged_groups or []):
+        return []
+    return ["NET_ADMIN"] if set(groups or []) & set(net_admin_groups or []) else []
+
+
+def _capabilities(container: dict[str, Any]) -> list[str]:
+    """The capabilities podman added to a container (inspect's HostConfig.CapAdd, CAP_ dropped)."""
+    added = (container.get("HostConfig") or {}).get("CapAdd") or []
+    return sorted(c.upper().removeprefix("CAP_") for c in added)
+
+
 def podman_nodes_plan(containers: list[dict[str, Any]], nodes: list[dict[str, Any]], image: str,
-                      privileged_groups: list[str], network: str) -> dict[str, list[dict[str, Any]]]:
+                      privileged_groups: list[str], network: str,
+                      net_admin_groups: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The plan (see the module's docstring); ``containers``: podman inspect's list."""
     by_name = {c.get("Name"): c for c in containers or []}
     plan: dict[str, list[dict[str, Any]]] = {
@@ -44,8 +64,11 @@ def podman_nodes_plan(containers: list[dict[str, Any]], nodes: list[dict[str, An
         if c is None:
             plan["create"].append(node)
             continue
-        same = (c.get("ImageName") == image and bool((c.get("HostConfig") or {}).get("Privileged"))
-                == _privileged(node, privileged_groups))
+        privileged = _privileged(node, privileged_groups)
+        same = (c.get("ImageName") == image
+                and bool((c.get("HostConfig") or {}).get("Privileged")) == privileged
+                and (privileged or _capabilities(c) == podman_node_capabilities(
+                    node.get("groups") or [], privileged_groups, net_admin_groups)))
         if not (c.get("State") or {}).get("Running"):
             plan["start"].append(node)
             if not same:
@@ -87,4 +110,5 @@ def podman_missing_mount_sources(containers: list[dict[str, Any]], names: list[s
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"podman_nodes_plan": podman_nodes_plan, "podman_node_volumes": podman_node_volumes,
-                "podman_missing_mount_sources": podman_missing_mount_sources}
+                "podman_missing_mount_sources": podman_missing_mount_sources,
+                "podman_node_capabilities": podman_node_capabilities}

@@ -32,6 +32,12 @@ RANGES: dict[str, tuple[int, int | None, str]] = {
          "negative value switches the quota off: state the size (etcd's default is 2147483648, "
          "2 GiB)")),
     "etcd_metrics_port": (0, 65535, "a TCP port, or 0 for no metrics listener"),
+    "etcd_max_concurrent_streams": (
+        100, 2**32 - 1,
+        ("HTTP/2 streams per client connection: kube-apiserver multiplexes its requests and "
+         "watches on few connections (a gRPC client waits, without an error, while a connection "
+         "is at the limit) and 0 means something else to etcd's gRPC and HTTP/2 servers; "
+         "4294967295 is etcd's default, no limit")),
     "etcd_health_timeout": (1, None, "seconds to wait for a healthy cluster"),
     "etcd_limit_nofile": (1024, None, ("etcd holds a file per client connection, WAL and "
                                        "snapshot: fewer than 1024 open files starve it")),
