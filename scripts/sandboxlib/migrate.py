@@ -250,6 +250,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         step(moved.view(source), "tenant-migrate.yml",
              {**moving, "k0s_migrate_phase": "cleanup", "k0s_migrate_prefix": rec["prefix"],
               "k0s_migrate_keep_source": bool(args.keep_source)})
+        if topo.tls:
+            # each cluster's RBAC and write budgets as the moved topology has them (the
+            # budgets split each cluster's quota among its own tenants): the next up finds
+            # them so, the moved tenant with its budget on the target from now on
+            for cluster in (source, args.to):
+                step(moved.view(cluster), "etcd-rbac.yml", {})
         # up's quick check on the target's view, the tenant in it: every member healthy, each
         # tenant's API ready, a write and a read through it
         step(moved.view(args.to), "ready.yml", {})
