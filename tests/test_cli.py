@@ -60,7 +60,7 @@ def test_unknown_backend(tmp_path: Path, write_topology: Callable[..., Path]) ->
     (lambda d: d["tenants"][0].update(name="e1"), "'e1' is also an etcd member's name"),
     (lambda d: d["tenants"][0].update(prefix="../t4"), "has a '.', '..' or empty segment"),
     (lambda d: d["tenants"][0].update(max_bytes="10MB"),
-     "tenants[0] (ta).max_bytes: '10MB' is not a positive integer; give the most bytes"),
+     "tenants[0] (ta).max_bytes: '10MB' is not a positive integer; give the tenant's write budget"),
 ], ids=["node in no group", "duplicate address", "tenant with no controller", "tenant admin",
         "tenant root", "tenant etcd-member", "tenant named like a member", "prefix with ..",
         "max_bytes not an int"])

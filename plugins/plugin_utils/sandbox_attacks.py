@@ -95,6 +95,15 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
+def _means_line(m: dict[str, Any]) -> str:
+    line = f"{m['means']}: {m['accepted']} accepted, {m['refused_budget']} refused by its budget"
+    if m.get("other_errors"):
+        line += f", {m['other_errors']} other errors ({'; '.join(m.get('errors') or [])})"
+    if m.get("refused_nospace"):
+        line += f", {m['refused_nospace']} NOSPACE"
+    return line
+
+
 def flood_checks(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The flood's three checks (files/hostile_flood.py's results: one "flood", the
     "victim"s, one "watch"): the flooding tenant stopped by its write budget alone, by every
@@ -114,11 +123,7 @@ def flood_checks(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     flooder = {"name": f"the flood ({flood.get('prefix')}): stopped by its write budget alone, by every means",
                "ok": bool(means) and len(stopped) == len(means) and not other,
                "detail": (f"{flood.get('seconds')} s of writes by {len(means)} means ("
-                          + "; ".join(f"{m['means']}: {m['accepted']} accepted, {m['refused_budget']} "
-                                      f"refused by its budget" + (f", {m['other_errors']} other errors "
-                                      f"({'; '.join(m.get('errors') or [])})" if m.get('other_errors') else "")
-                                      + (f", {m['refused_nospace']} NOSPACE" if m.get('refused_nospace') else "")
-                                      for m in means)
+                          + "; ".join(_means_line(m) for m in means)
                           + f"); {_mb(accepted)} accepted in all"
                           + (f", the first refusal after {min(first):.2f} s" if first else "")
                           + "; after the flood every means "

@@ -27,6 +27,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .sandbox_tenants import normalize_prefix
+
 CONFIG_PREFIX = "k0sbox/budget/"
 # etcd_tenant_budget_share's default (roles/etcd/defaults/main.yml says why)
 DEFAULT_SHARE = 0.25
@@ -59,7 +61,7 @@ def budgets(tenants: Sequence[Mapping[str, Any]], quota: int,
     each = max(0, (total - given) // len(rest)) if rest else 0
     out = []
     for t in tenants:
-        prefix = str(t.get("key_prefix") or "/" + str(t.get("prefix") or "").strip("/") + "/")
+        prefix = str(t.get("key_prefix") or normalize_prefix(str(t.get("prefix") or "")))
         if _has_max(t):
             out.append({"name": str(t["name"]), "prefix": prefix, "bytes": int(t["max_bytes"]),
                         "source": "max_bytes"})

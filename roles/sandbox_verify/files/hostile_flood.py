@@ -7,7 +7,8 @@ usage: hostile_flood.py SPEC   (SPEC = base64 of a JSON object)
                   under <prefix>k0sbox-attack/flood/ as fast as it can, by every means it has,
                   one thread each: new keys of 1.4 MB, overwrites of one key, transactions
                   nested in transactions, transactions of puts that store a big key's value
-                  again (ignore_value), lease grants with a key each, and small puts. Then, the
+                  again (ignore_value), lease grants with a key each, and puts of every size from
+                  1 MB down to 1 byte, the largest that still fits (its last room). Then, the
                   flood over, one more write by each means (still refused when it is stopped).
       "victim" -- ON another tenant's controller, with its certificate: it writes under
                   <prefix>k0sbox-attack/victim/ in etcd, and (kubeconfig given) creates objects
@@ -150,15 +151,24 @@ def flood(spec: dict[str, Any]) -> dict[str, Any]:
         kv.Put(rpc.PutRequest(key=base + b"leased-%d" % i, value=b"x" * 100, lease=lid), timeout=timeout)
         return 100
 
-    def small(i: int) -> int:
-        kv.Put(rpc.PutRequest(key=base + b"small-%d" % i, value=b"x" * 100), timeout=timeout)
-        return 100
+    sizes = [1_000_000, 100_000, 10_000, 1000, 100, 1]
+
+    def what_fits(i: int) -> int:
+        """Puts of the largest size still taken, a smaller one after each refusal: the last
+        room of the budget taken whatever the write rate."""
+        try:
+            kv.Put(rpc.PutRequest(key=base + b"fit-%d" % i, value=b"x" * sizes[0]), timeout=timeout)
+        except Exception:
+            if len(sizes) > 1:
+                sizes.pop(0)
+            raise
+        return sizes[0]
 
     ways: dict[str, Callable[[int], int]] = {
         "new keys of 1.4 MB": new_keys, "overwrites of one key": overwrite,
         "transactions nested in transactions": nested,
         "puts that store a big key's value again (ignore_value)": keep_value,
-        "lease grants, a key each": leases, "small puts": small}
+        "lease grants, a key each": leases, "puts of every size that still fits": what_fits}
     means = {n: Means(n) for n in ways}
     wait_until(spec["start"])
     t0 = time.time()
@@ -287,7 +297,7 @@ def victim(spec: dict[str, Any]) -> dict[str, Any]:
     notes: list[str] = []
     if spec.get("kubeconfig"):
         api = kube(spec["kubeconfig"])
-        code, _ = request(*api, "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + CRD["metadata"]["name"])
+        code = request(*api, "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + CRD["metadata"]["name"])[0]
         if code == 404:
             code, body = request(*api, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", CRD)
             created_crd = code in (200, 201)

@@ -460,13 +460,13 @@ class Suite:
         way refused). Returns the bytes written."""
         n = written = 0
         for size in (100000, 10000, 1000, 100, 1):
-            for _ in range(200):
-                rc, out = sh(self.e("put", f"{self.spec['fill_prefix']}top-{n:06d}"), stdin="x" * size)
+            for _attempt in range(200):
+                rc = sh(self.e("put", f"{self.spec['fill_prefix']}top-{n:06d}"), stdin="x" * size)[0]
                 n += 1
                 if rc != 0:
                     break
                 written += size
-        for _ in range(50):
+        for _attempt in range(50):
             if sh(self.e("lease", "grant", "600"))[0] != 0:
                 break
         return written
