@@ -229,10 +229,13 @@ def run(opts: argparse.Namespace) -> tuple[Report, int]:
              f"{mb(quota)} quota")
     raised = [e for e in me.errors if "alarm" in e.lower()]
     if not report.fragmented and not raised:
-        report.reason = (f"{shown}: no dbSizeInUse from etcd {me.version}, the free space is unknown"
-                         if me.in_use is None else
-                         f"{shown}: below the {mb(report.line)} line or less than "
-                         f"{opts.free_share:.0%} free, nothing to do")
+        report.reason = (
+            f"{shown}: no dbSizeInUse from etcd {me.version}, the free space is unknown"
+            if me.in_use is None else
+            f"{shown}: below the {mb(report.line)} line, nothing to do"
+            if me.db_size < report.line else
+            f"{shown}: past the {mb(report.line)} line but less than {opts.free_share:.0%} of it "
+            "free (data, not free pages), nothing to do")
         say(report, report.reason)
         return report, 0
 
@@ -294,7 +297,7 @@ def defragment(ctl: Etcdctl, opts: argparse.Namespace, report: Report, me: Statu
             return 0
         target = voters[0]
         done = ctl.run(opts.endpoint, opts.timeout, "move-leader", f"{target.id:x}")
-        after, _ = ctl.statuses([opts.endpoint], opts.timeout)
+        after = ctl.statuses([opts.endpoint], opts.timeout)[0]
         if done.returncode != 0 or not after or after[0].leader == me.member_id:
             last = (done.stderr.strip().splitlines() or ["it still leads"])[-1]
             report.action = "skipped"
@@ -306,7 +309,7 @@ def defragment(ctl: Etcdctl, opts: argparse.Namespace, report: Report, me: Statu
     started = time.monotonic()
     done = ctl.run(opts.endpoint, opts.defrag_timeout, "defrag")
     report.seconds = round(time.monotonic() - started, 2)
-    after, _ = ctl.statuses([opts.endpoint], opts.timeout)
+    after = ctl.statuses([opts.endpoint], opts.timeout)[0]
     if after:
         report.after_db_size, report.after_in_use = after[0].db_size, after[0].in_use
     if done.returncode != 0:
@@ -335,7 +338,7 @@ def alarms(ctl: Etcdctl, opts: argparse.Namespace, report: Report, members: list
         say(report, report.alarm_reason)
         return 0
     urls = [m.client_urls[0] for m in members if m.client_urls]
-    seen, _ = ctl.statuses(urls, opts.timeout)
+    seen = ctl.statuses(urls, opts.timeout)[0]
     names = {m.id: m.name for m in members}
     over = [f"{names.get(s.member_id, s.endpoint)} {mb(s.db_size)}" for s in seen if s.db_size >= report.line]
     if len(seen) < len(urls) or over:
